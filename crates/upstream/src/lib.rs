@@ -1,0 +1,3 @@
+//! MCP client connections to upstream servers: stdio children, Streamable HTTP, legacy HTTP+SSE.
+
+pub mod sse;
