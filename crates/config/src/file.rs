@@ -1,0 +1,232 @@
+//! The mcpgw.toml file as written: serde types that reject unknown fields and keep
+//! everything else loose (`Option`s, signed numbers) so `validate` can report all problems.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+
+use crate::{ConfigError, Exposure, Strategy};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConfigFile {
+    #[serde(default)]
+    pub gateway: GatewayFile,
+    #[serde(default)]
+    pub servers: Vec<ServerFile>,
+    #[serde(default)]
+    pub retrieval: RetrievalFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GatewayFile {
+    /// A string rather than `SocketAddr` so a bad address is a located problem with a hint.
+    pub listen: Option<String>,
+    pub exposure: Option<Exposure>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RetrievalFile {
+    pub strategy: Option<Strategy>,
+}
+
+/// Required fields are `Option`s here: a missing one is a problem to collect, not a parse
+/// error that hides every other problem.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerFile {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    /// Signed so that `-1` is reported as out of range rather than as a type error.
+    pub timeout_s: Option<i64>,
+    pub enabled: Option<bool>,
+    pub transport: Option<TransportFile>,
+}
+
+/// Internally tagged. `deny_unknown_fields` has to sit on each variant's struct: serde
+/// hands the variant the table minus `type`, and the struct is what knows its fields.
+/// The tests pin this down because serde's tagged enums have ignored such attributes before.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum TransportFile {
+    Stdio(StdioFile),
+    Http(HttpFile),
+    Sse(HttpFile),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StdioFile {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, ValueFile>,
+    pub cwd: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpFile {
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, ValueFile>,
+}
+
+/// `"infra"` or `{ env = "VAR", prefix = "Bearer " }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ValueFile {
+    Plain(String),
+    Env { env: String, prefix: Option<String> },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvRefFile {
+    env: String,
+    prefix: Option<String>,
+}
+
+// Hand-written rather than `#[serde(untagged)]`: untagged enums replace the precise error
+// (`unknown field `prefx``) with "data did not match any variant".
+impl<'de> Deserialize<'de> for ValueFile {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ValueVisitor;
+
+        impl<'de> Visitor<'de> for ValueVisitor {
+            type Value = ValueFile;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(r#"a string or a secret reference like { env = "VAR" }"#)
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<ValueFile, E> {
+                Ok(ValueFile::Plain(text.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ValueFile, A::Error> {
+                let EnvRefFile { env, prefix } =
+                    EnvRefFile::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ValueFile::Env { env, prefix })
+            }
+        }
+
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+pub(crate) fn parse(text: &str, source: &Path) -> Result<ConfigFile, ConfigError> {
+    toml::from_str(text).map_err(|err| {
+        let (line, column) = err.span().map_or((1, 1), |span| position(text, span.start));
+        ConfigError::Parse {
+            path: source.to_owned(),
+            line,
+            column,
+            message: err.message().trim_end().to_owned(),
+        }
+    })
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn position(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::{Expect, expect};
+
+    use super::*;
+
+    fn check(text: &str, expect: Expect) {
+        let actual = match parse(text, Path::new("mcpgw.toml")) {
+            Ok(file) => format!("ok {} servers", file.servers.len()),
+            Err(err) => err.to_string(),
+        };
+        expect.assert_eq(&actual);
+    }
+
+    #[test]
+    fn unknown_field_at_top_level() {
+        check(
+            "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
+            expect![
+                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`"
+            ],
+        );
+    }
+
+    #[test]
+    fn unknown_field_in_gateway() {
+        check(
+            "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
+            expect!["mcpgw.toml:3:1: unknown field `port`, expected `listen` or `exposure`"],
+        );
+    }
+
+    #[test]
+    fn unknown_field_in_server() {
+        check(
+            "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
+            expect![
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`"
+            ],
+        );
+    }
+
+    #[test]
+    fn unknown_field_inside_transport() {
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { type = \"stdio\", command = \"x\", url = \"http://x\" }\n",
+            expect![
+                "mcpgw.toml:3:13: unknown field `url`, expected one of `command`, `args`, `env`, `cwd`"
+            ],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\n\n[servers.transport]\ntype = \"http\"\nurl = \"http://x\"\nheader = {}\n",
+            expect!["mcpgw.toml:4:1: unknown field `header`, expected `url` or `headers`"],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { type = \"sse\", url = \"http://x\", headers = { A = { env = \"X\", prefx = \"B\" } } }\n",
+            expect!["mcpgw.toml:3:13: unknown field `prefx`, expected `env` or `prefix`"],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { type = \"ws\", url = \"http://x\" }\n",
+            expect![
+                "mcpgw.toml:3:22: unknown variant `ws`, expected one of `stdio`, `http`, `sse`"
+            ],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { url = \"http://x\" }\n",
+            expect!["mcpgw.toml:3:13: missing field `type`"],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { type = \"stdio\", command = \"x\", env = { A = 1 } }\n",
+            expect![[
+                r#"mcpgw.toml:3:13: invalid type: integer `1`, expected a string or a secret reference like { env = "VAR" }"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        check(
+            "[gateway]\nlisten = \n",
+            expect!["mcpgw.toml:2:10: string values must be quoted, expected literal string"],
+        );
+        check(
+            "[gateway]\nexposure = \"all\"\n",
+            expect!["mcpgw.toml:2:12: unknown variant `all`, expected `search` or `passthrough`"],
+        );
+        check("", expect!["ok 0 servers"]);
+    }
+}

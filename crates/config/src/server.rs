@@ -1,0 +1,167 @@
+//! Resolved upstream server settings: the name, transport and per-server limits.
+
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use url::Url;
+
+use crate::{ConfigError, Value};
+
+/// Longest server name. Short because it prefixes every qualified tool name, and those are
+/// capped at 64 characters by clients.
+pub const MAX_SERVER_NAME_LEN: usize = 32;
+
+/// A server name that is valid by construction: 1..=32 of `[A-Za-z0-9_-]`, no `__`, and no
+/// leading or trailing `_`, so that `server__tool` always splits back unambiguously.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct ServerName(String);
+
+impl ServerName {
+    pub fn new(name: &str) -> Result<ServerName, ConfigError> {
+        match name_problem(name) {
+            None => Ok(ServerName(name.to_owned())),
+            Some(reason) => Err(ConfigError::BadServerName {
+                name: name.to_owned(),
+                reason,
+            }),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Why `name` is not a valid server name, if it is not.
+pub(crate) fn name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("must not be empty".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Some(format!(
+            "contains {c:?}; only letters, digits, `-` and `_` are allowed"
+        ));
+    }
+    if name.len() > MAX_SERVER_NAME_LEN {
+        return Some(format!(
+            "is {} characters long; at most {MAX_SERVER_NAME_LEN} are allowed",
+            name.len()
+        ));
+    }
+    if name.contains("__") {
+        return Some(
+            "must not contain `__`, which separates server and tool in qualified tool names".into(),
+        );
+    }
+    if name.starts_with('_') || name.ends_with('_') {
+        return Some(
+            "must not start or end with `_`, which would run into the `__` separator".into(),
+        );
+    }
+    None
+}
+
+impl fmt::Display for ServerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for ServerName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Borrow<str> for ServerName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One upstream MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub name: ServerName,
+    pub description: Option<String>,
+    pub enabled: bool,
+    /// Per-request timeout, 1..=300 s, default 30 s.
+    pub timeout: Duration,
+    pub transport: Transport,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    Stdio(StdioTransport),
+    /// Streamable HTTP (both protocol eras).
+    Http(HttpTransport),
+    /// Legacy HTTP+SSE.
+    Sse(HttpTransport),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StdioTransport {
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, Value>,
+    /// Working directory; a relative path in the file is resolved against the directory
+    /// of the config file, not the directory mcpgw happens to be started from.
+    pub cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpTransport {
+    /// Always `http` or `https`.
+    pub url: Url,
+    pub headers: BTreeMap<String, Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_name_accepts_only_valid_names() {
+        let valid = [
+            "a",
+            "github",
+            "my-docs",
+            "my_docs",
+            "A1",
+            "-x-",
+            &"a".repeat(32),
+        ];
+        let invalid = ["", "a b", "a.b", "a__b", "_a", "a_", "ü", &"a".repeat(33)];
+        for name in valid {
+            assert_eq!(
+                ServerName::new(name).ok().as_ref().map(ServerName::as_str),
+                Some(name)
+            );
+        }
+        for name in invalid {
+            assert!(
+                ServerName::new(name).is_err(),
+                "{name:?} should be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn server_name_error_names_the_reason() {
+        let err = ServerName::new("a__b").err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "invalid server name `a__b`: must not contain `__`, which separates server and tool in qualified tool names"
+            )
+        );
+    }
+}

@@ -1,0 +1,689 @@
+//! Second stage: turn the file types into a resolved `Config`, collecting every problem.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use url::Url;
+
+use crate::file::{
+    ConfigFile, GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, TransportFile,
+    ValueFile,
+};
+use crate::server::name_problem;
+use crate::value::looks_secret;
+use crate::{
+    Config, ConfigError, GatewayConfig, HttpTransport, Problem, RetrievalConfig, ServerConfig,
+    ServerName, StdioTransport, Transport, Value,
+};
+
+pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
+pub(crate) const MAX_TIMEOUT_S: u64 = 300;
+
+/// Whether a plain value under a secret-looking name is a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InlineSecrets {
+    /// mcpgw.toml: the file is meant to be shareable, so credentials must be references.
+    Reject,
+    /// An `mcpServers` JSON file served directly: it already holds the user's secrets and
+    /// refusing it would only push them to copy the values somewhere else.
+    Allow,
+}
+
+/// A server plus where its fields live, so problems point at the user's own text:
+/// `servers[1].transport.url` in TOML, `mcpServers.docs.url` in JSON.
+pub(crate) struct LocatedServer {
+    pub path: String,
+    pub transport_path: String,
+    pub server: ServerFile,
+}
+
+/// Resolve an mcpgw.toml file.
+pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, ConfigError> {
+    let servers = file
+        .servers
+        .into_iter()
+        .enumerate()
+        .map(|(i, server)| LocatedServer {
+            path: format!("servers[{i}]"),
+            transport_path: format!("servers[{i}].transport"),
+            server,
+        })
+        .collect();
+    resolve(
+        file.gateway,
+        servers,
+        file.retrieval,
+        source,
+        InlineSecrets::Reject,
+    )
+}
+
+pub(crate) fn resolve(
+    gateway: GatewayFile,
+    servers: Vec<LocatedServer>,
+    retrieval: RetrievalFile,
+    source: &Path,
+    inline_secrets: InlineSecrets,
+) -> Result<Config, ConfigError> {
+    // Relative `cwd`s are anchored at the config file, see `StdioTransport::cwd`.
+    let base_dir = source.parent().unwrap_or(Path::new("")).to_owned();
+    let mut v = Validator {
+        problems: Vec::new(),
+        inline_secrets,
+        base_dir,
+    };
+
+    let gateway = v.gateway(gateway);
+    let mut resolved = Vec::with_capacity(servers.len());
+    let mut first_use: HashMap<String, String> = HashMap::new();
+    for located in servers {
+        if let Some(name) = &located.server.name {
+            let path = format!("{}.name", located.path);
+            match first_use.get(name) {
+                Some(first) => v.problems.push(
+                    Problem::new(
+                        &path,
+                        format!("duplicate server name `{name}`, first used at {first}"),
+                    )
+                    .hint("server names must be unique; rename one of them"),
+                ),
+                None => {
+                    first_use.insert(name.clone(), path);
+                }
+            }
+        }
+        resolved.extend(v.server(located));
+    }
+    let retrieval = RetrievalConfig {
+        strategy: retrieval.strategy.unwrap_or_default(),
+    };
+
+    if !v.problems.is_empty() {
+        return Err(ConfigError::Invalid(v.problems));
+    }
+    Ok(Config {
+        gateway,
+        servers: resolved,
+        retrieval,
+        source: source.to_owned(),
+    })
+}
+
+struct Validator {
+    problems: Vec<Problem>,
+    inline_secrets: InlineSecrets,
+    base_dir: PathBuf,
+}
+
+impl Validator {
+    fn gateway(&mut self, file: GatewayFile) -> GatewayConfig {
+        let default = GatewayConfig::default();
+        let listen = match file.listen {
+            None => default.listen,
+            Some(text) => text.parse::<SocketAddr>().unwrap_or_else(|_| {
+                self.problems.push(
+                    Problem::new(
+                        "gateway.listen",
+                        format!("`{text}` is not an IP address and port"),
+                    )
+                    .hint("write it like \"127.0.0.1:8931\"; host names are not accepted"),
+                );
+                default.listen
+            }),
+        };
+        GatewayConfig {
+            listen,
+            exposure: file.exposure.unwrap_or(default.exposure),
+        }
+    }
+
+    /// `None` when the server has problems; they are recorded, and the remaining fields
+    /// are still checked so one run reports everything.
+    fn server(&mut self, located: LocatedServer) -> Option<ServerConfig> {
+        let LocatedServer {
+            path,
+            transport_path,
+            server,
+        } = located;
+        let before = self.problems.len();
+
+        let name = match server.name {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{path}.name"), "missing server name")
+                        .hint("add name = \"...\" using letters, digits, `-` and `_`"),
+                );
+                None
+            }
+            Some(name) => {
+                if let Some(reason) = name_problem(&name) {
+                    self.problems.push(
+                        Problem::new(format!("{path}.name"), format!("invalid server name `{name}`: {reason}"))
+                            .hint("use 1 to 32 letters, digits, `-` and `_`, such as \"github\" or \"my-docs\""),
+                    );
+                }
+                ServerName::new(&name).ok()
+            }
+        };
+
+        let timeout_s = server.timeout_s.unwrap_or(DEFAULT_TIMEOUT_S as i64);
+        let timeout = match u64::try_from(timeout_s) {
+            Ok(secs @ 1..=MAX_TIMEOUT_S) => Some(Duration::from_secs(secs)),
+            _ => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.timeout_s"),
+                        format!(
+                            "timeout must be between 1 and {MAX_TIMEOUT_S} seconds, got {timeout_s}"
+                        ),
+                    )
+                    .hint(format!(
+                        "leave it out for the default of {DEFAULT_TIMEOUT_S}"
+                    )),
+                );
+                None
+            }
+        };
+
+        let label = name
+            .as_ref()
+            .map_or("SERVER", ServerName::as_str)
+            .to_owned();
+        let transport = match server.transport {
+            None => {
+                self.problems.push(Problem::new(transport_path, "missing transport").hint(
+                    r#"add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." }"#,
+                ));
+                None
+            }
+            Some(TransportFile::Stdio(stdio)) => {
+                self.stdio(&transport_path, stdio).map(Transport::Stdio)
+            }
+            Some(TransportFile::Http(http)) => self
+                .http(&transport_path, &label, http)
+                .map(Transport::Http),
+            Some(TransportFile::Sse(http)) => {
+                self.http(&transport_path, &label, http).map(Transport::Sse)
+            }
+        };
+
+        if self.problems.len() > before {
+            return None;
+        }
+        Some(ServerConfig {
+            name: name?,
+            description: server.description,
+            enabled: server.enabled.unwrap_or(true),
+            timeout: timeout?,
+            transport: transport?,
+        })
+    }
+
+    fn stdio(&mut self, path: &str, file: StdioFile) -> Option<StdioTransport> {
+        let command = match file.command {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{path}.command"), "missing command")
+                        .hint("name the program to start, such as \"npx\" or \"uvx\""),
+                );
+                None
+            }
+            Some(command) if command.trim().is_empty() => {
+                self.problems.push(Problem::new(
+                    format!("{path}.command"),
+                    "command must not be empty",
+                ));
+                None
+            }
+            Some(command) => Some(command),
+        };
+        let cwd = match file.cwd {
+            Some(cwd) if cwd.is_empty() => {
+                self.problems.push(
+                    Problem::new(format!("{path}.cwd"), "cwd must not be empty")
+                        .hint("leave it out to start in the gateway's working directory"),
+                );
+                None
+            }
+            Some(cwd) => Some(self.base_dir.join(cwd)),
+            None => None,
+        };
+        let mut env = BTreeMap::new();
+        for (name, value) in file.env {
+            let entry_path = format!("{path}.env.{name}");
+            if name.is_empty() || name.contains(['=', '\0']) {
+                self.problems.push(Problem::new(
+                    &entry_path,
+                    "an environment variable name must be non-empty and contain neither `=` nor NUL",
+                ));
+            }
+            if let Some(value) = self.value(&entry_path, &name, &name, value) {
+                env.insert(name, value);
+            }
+        }
+        Some(StdioTransport {
+            command: command?,
+            args: file.args,
+            env,
+            cwd,
+        })
+    }
+
+    fn http(&mut self, path: &str, server: &str, file: HttpFile) -> Option<HttpTransport> {
+        let url = match file.url {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{path}.url"), "missing url").hint(
+                        "give the server's endpoint, such as \"https://mcp.example.com/mcp\"",
+                    ),
+                );
+                None
+            }
+            Some(text) => self.url(&format!("{path}.url"), &text),
+        };
+        let mut headers = BTreeMap::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        for (name, value) in file.headers {
+            let entry_path = format!("{path}.headers.{name}");
+            if !is_header_name(&name) {
+                self.problems.push(Problem::new(
+                    &entry_path,
+                    format!("`{name}` is not a valid HTTP header name"),
+                ));
+            } else if let Some(first) = seen.insert(name.to_ascii_lowercase(), name.clone()) {
+                self.problems.push(
+                    Problem::new(
+                        &entry_path,
+                        format!("header `{name}` is also given as `{first}`"),
+                    )
+                    .hint("header names are case-insensitive; keep one"),
+                );
+            }
+            if let ValueFile::Plain(text) = &value
+                && text.contains(['\r', '\n'])
+            {
+                self.problems.push(Problem::new(
+                    &entry_path,
+                    "a header value must not contain line breaks",
+                ));
+            }
+            let var = header_var_name(server, &name);
+            if let Some(value) = self.value(&entry_path, &name, &var, value) {
+                headers.insert(name, value);
+            }
+        }
+        Some(HttpTransport { url: url?, headers })
+    }
+
+    fn url(&mut self, path: &str, text: &str) -> Option<Url> {
+        match Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => Some(url),
+            Ok(url) => {
+                self.problems.push(
+                    Problem::new(
+                        path,
+                        format!("url scheme `{}` is not supported", url.scheme()),
+                    )
+                    .hint("use an http:// or https:// url"),
+                );
+                None
+            }
+            Err(err) => {
+                self.problems.push(
+                    Problem::new(path, format!("invalid url `{text}`: {err}"))
+                        .hint("write an absolute url such as \"https://mcp.example.com/mcp\""),
+                );
+                None
+            }
+        }
+    }
+
+    /// `suggested_var` is the variable named in the hint when a secret is written inline.
+    fn value(
+        &mut self,
+        path: &str,
+        name: &str,
+        suggested_var: &str,
+        value: ValueFile,
+    ) -> Option<Value> {
+        match value {
+            ValueFile::Env { env, prefix } => {
+                if env.is_empty() || env.contains(['=', '\0']) {
+                    self.problems.push(Problem::new(
+                        format!("{path}.env"),
+                        "an environment variable name must be non-empty and contain neither `=` nor NUL",
+                    ));
+                    return None;
+                }
+                Some(Value::Env {
+                    var: env,
+                    prefix: prefix.unwrap_or_default(),
+                })
+            }
+            ValueFile::Plain(text) => {
+                if self.inline_secrets == InlineSecrets::Reject && looks_secret(name) {
+                    // The hint may say whether the value had a `Bearer ` prefix, never the value.
+                    let reference = match text.strip_prefix(BEARER) {
+                        Some(_) => format!(r#"{{ env = "{suggested_var}", prefix = "{BEARER}" }}"#),
+                        None => format!(r#"{{ env = "{suggested_var}" }}"#),
+                    };
+                    self.problems.push(
+                        Problem::new(
+                            path,
+                            format!("`{name}` looks like a secret and must not be written inline"),
+                        )
+                        .hint(format!(
+                            "write it as {reference} and export {suggested_var}"
+                        )),
+                    );
+                    return None;
+                }
+                Some(Value::Plain(text))
+            }
+        }
+    }
+}
+
+pub(crate) const BEARER: &str = "Bearer ";
+
+/// The variable that holds a header's secret: `<SERVER>_<HEADER>` in upper snake case,
+/// e.g. `DOCS_AUTHORIZATION` or `MY_API_X_API_KEY`.
+pub(crate) fn header_var_name(server: &str, header: &str) -> String {
+    let mut var = String::new();
+    for c in format!("{server}_{header}").chars() {
+        if c.is_ascii_alphanumeric() {
+            var.push(c.to_ascii_uppercase());
+        } else if !var.is_empty() && !var.ends_with('_') {
+            var.push('_');
+        }
+    }
+    let var = var.trim_end_matches('_');
+    // A shell cannot `export 1PASSWORD_TOKEN`.
+    if var.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("MCP_{var}")
+    } else {
+        var.to_owned()
+    }
+}
+
+/// RFC 9110 token characters.
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::fmt::Write;
+
+    use expect_test::{Expect, expect};
+
+    use crate::{Config, Transport, Value, parse_toml};
+
+    use super::*;
+
+    /// A compact, value-revealing rendering for assertions (`Debug` redacts values).
+    pub(crate) fn summary(config: &Config) -> String {
+        let value = |v: &Value| match v {
+            Value::Plain(text) => format!("{text:?}"),
+            Value::Env { var, prefix } if prefix.is_empty() => format!("${var}"),
+            Value::Env { var, prefix } => format!("{prefix:?}+${var}"),
+        };
+        let map = |m: &BTreeMap<String, Value>| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", value(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut out = format!(
+            "listen={} exposure={:?} strategy={:?}\n",
+            config.gateway.listen, config.gateway.exposure, config.retrieval.strategy
+        );
+        for s in &config.servers {
+            let _ = write!(
+                out,
+                "{} timeout={:?} enabled={}",
+                s.name, s.timeout, s.enabled
+            );
+            if let Some(description) = &s.description {
+                let _ = write!(out, " description={description:?}");
+            }
+            let _ = match &s.transport {
+                Transport::Stdio(t) => write!(
+                    out,
+                    "\n  stdio {:?} {:?} cwd={:?} env[{}]",
+                    t.command,
+                    t.args,
+                    t.cwd,
+                    map(&t.env)
+                ),
+                Transport::Http(t) => {
+                    write!(out, "\n  http {} headers[{}]", t.url, map(&t.headers))
+                }
+                Transport::Sse(t) => write!(out, "\n  sse {} headers[{}]", t.url, map(&t.headers)),
+            };
+            out.push('\n');
+        }
+        out
+    }
+
+    fn check(text: &str, expect: Expect) {
+        let actual = match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
+            Ok(config) => summary(&config),
+            Err(err) => err.to_string(),
+        };
+        expect.assert_eq(&actual);
+    }
+
+    const EXAMPLE: &str = r#"
+[gateway]
+listen = "127.0.0.1:8931"      # default
+exposure = "search"            # or "passthrough"; default search
+
+[[servers]]
+name = "everything"
+transport = { type = "stdio", command = "npx", args = ["-y", "@modelcontextprotocol/server-everything"] }
+
+[[servers]]
+name = "docs"
+description = "Internal documentation search"
+timeout_s = 60
+enabled = true
+transport = { type = "http", url = "https://mcp.example.com/mcp", headers = { "X-Team" = "infra" } }
+
+[[servers]]
+name = "legacy"
+transport = { type = "sse", url = "http://127.0.0.1:3003/sse", headers = { Authorization = { env = "LEGACY_TOKEN", prefix = "Bearer " } } }
+
+[retrieval]
+strategy = "bm25"
+"#;
+
+    #[test]
+    fn example_config_resolves() {
+        check(
+            EXAMPLE,
+            expect![[r#"
+                listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+                everything timeout=30s enabled=true
+                  stdio "npx" ["-y", "@modelcontextprotocol/server-everything"] cwd=None env[]
+                docs timeout=60s enabled=true description="Internal documentation search"
+                  http https://mcp.example.com/mcp headers[X-Team="infra"]
+                legacy timeout=30s enabled=true
+                  sse http://127.0.0.1:3003/sse headers[Authorization="Bearer "+$LEGACY_TOKEN]
+            "#]],
+        );
+    }
+
+    #[test]
+    fn empty_file_is_a_config_without_servers() {
+        check(
+            "",
+            expect![[r#"
+            listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+        "#]],
+        );
+        check(
+            "[gateway]\nexposure = \"passthrough\"\nlisten = \"[::1]:9000\"\n",
+            expect![[r#"
+            listen=[::1]:9000 exposure=Passthrough strategy=Bm25
+        "#]],
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        check(
+            r#"
+[gateway]
+listen = "localhost:8931"
+
+[[servers]]
+name = "bad name"
+transport = { type = "stdio", command = "" }
+
+[[servers]]
+name = "dup"
+timeout_s = 0
+transport = { type = "http", url = "ftp://example.com/mcp" }
+
+[[servers]]
+name = "dup"
+timeout_s = 301
+transport = { type = "http", url = "https://example.com/mcp", headers = { Authorization = "Bearer sk-live-123" } }
+
+[[servers]]
+name = "a__b"
+transport = { type = "sse", url = "not a url" }
+
+[[servers]]
+description = "no name, no transport"
+"#,
+            expect![[r#"
+                invalid configuration (12 problems):
+                  gateway.listen: `localhost:8931` is not an IP address and port (hint: write it like "127.0.0.1:8931"; host names are not accepted)
+                  servers[0].name: invalid server name `bad name`: contains ' '; only letters, digits, `-` and `_` are allowed (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
+                  servers[0].transport.command: command must not be empty
+                  servers[1].timeout_s: timeout must be between 1 and 300 seconds, got 0 (hint: leave it out for the default of 30)
+                  servers[1].transport.url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
+                  servers[2].name: duplicate server name `dup`, first used at servers[1].name (hint: server names must be unique; rename one of them)
+                  servers[2].timeout_s: timeout must be between 1 and 300 seconds, got 301 (hint: leave it out for the default of 30)
+                  servers[2].transport.headers.Authorization: `Authorization` looks like a secret and must not be written inline (hint: write it as { env = "DUP_AUTHORIZATION", prefix = "Bearer " } and export DUP_AUTHORIZATION)
+                  servers[3].name: invalid server name `a__b`: must not contain `__`, which separates server and tool in qualified tool names (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
+                  servers[3].transport.url: invalid url `not a url`: relative URL without a base (hint: write an absolute url such as "https://mcp.example.com/mcp")
+                  servers[4].name: missing server name (hint: add name = "..." using letters, digits, `-` and `_`)
+                  servers[4].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })"#]],
+        );
+    }
+
+    #[test]
+    fn inline_secrets_are_rejected_without_echoing_them() {
+        let text = r#"
+[[servers]]
+name = "gh"
+transport = { type = "stdio", command = "gh-mcp", env = { GITHUB_TOKEN = "ghp_SECRET1", OPENAI_API_KEY = "sk-SECRET2", PATH = "/usr/bin", NODE_ENV = "production", HOME = "/home/me" } }
+
+[[servers]]
+name = "api"
+transport = { type = "http", url = "https://api.example.com/mcp", headers = { "X-Api-Key" = "SECRET3", "X-Team" = "infra", Cookie = "session=SECRET4" } }
+"#;
+        let err = parse_toml(text, Path::new("mcpgw.toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(!err.contains("SECRET"), "{err}");
+        check(
+            text,
+            expect![[r#"
+            invalid configuration (4 problems):
+              servers[0].transport.env.GITHUB_TOKEN: `GITHUB_TOKEN` looks like a secret and must not be written inline (hint: write it as { env = "GITHUB_TOKEN" } and export GITHUB_TOKEN)
+              servers[0].transport.env.OPENAI_API_KEY: `OPENAI_API_KEY` looks like a secret and must not be written inline (hint: write it as { env = "OPENAI_API_KEY" } and export OPENAI_API_KEY)
+              servers[1].transport.headers.Cookie: `Cookie` looks like a secret and must not be written inline (hint: write it as { env = "API_COOKIE" } and export API_COOKIE)
+              servers[1].transport.headers.X-Api-Key: `X-Api-Key` looks like a secret and must not be written inline (hint: write it as { env = "API_X_API_KEY" } and export API_X_API_KEY)"#]],
+        );
+    }
+
+    #[test]
+    fn secret_references_and_plain_values_resolve() {
+        check(
+            r#"
+[[servers]]
+name = "gh"
+transport = { type = "stdio", command = "gh-mcp", env = { GITHUB_TOKEN = { env = "GH_PAT" }, LOG = "debug" } }
+
+[[servers]]
+name = "api"
+enabled = false
+transport = { type = "http", url = "https://api.example.com/mcp", headers = { "X-Api-Key" = { env = "API_KEY" }, x-team = "infra" } }
+"#,
+            expect![[r#"
+                listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+                gh timeout=30s enabled=true
+                  stdio "gh-mcp" [] cwd=None env[GITHUB_TOKEN=$GH_PAT LOG="debug"]
+                api timeout=30s enabled=false
+                  http https://api.example.com/mcp headers[X-Api-Key=$API_KEY x-team="infra"]
+            "#]],
+        );
+    }
+
+    #[test]
+    fn bad_header_names_and_env_references() {
+        check(
+            r#"
+[[servers]]
+name = "api"
+transport = { type = "http", url = "https://api.example.com/mcp", headers = { x-team = "infra", X-TEAM = "ops", "Bad Header" = "x", X-Evil = { env = "" }, X-Multi = "a\r\nHost: evil" } }
+"#,
+            expect![[r#"
+                invalid configuration (4 problems):
+                  servers[0].transport.headers.Bad Header: `Bad Header` is not a valid HTTP header name
+                  servers[0].transport.headers.X-Evil.env: an environment variable name must be non-empty and contain neither `=` nor NUL
+                  servers[0].transport.headers.X-Multi: a header value must not contain line breaks
+                  servers[0].transport.headers.x-team: header `x-team` is also given as `X-TEAM` (hint: header names are case-insensitive; keep one)"#]],
+        );
+    }
+
+    #[test]
+    fn relative_cwd_is_anchored_at_the_config_file() {
+        check(
+            "[[servers]]\nname = \"s\"\ntransport = { type = \"stdio\", command = \"run\", cwd = \"srv\" }\n\n[[servers]]\nname = \"t\"\ntransport = { type = \"stdio\", command = \"run\", cwd = \"/opt/t\" }\n",
+            expect![[r#"
+                listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+                s timeout=30s enabled=true
+                  stdio "run" [] cwd=Some("/etc/mcpgw/srv") env[]
+                t timeout=30s enabled=true
+                  stdio "run" [] cwd=Some("/opt/t") env[]
+            "#]],
+        );
+    }
+
+    #[test]
+    fn lookup_by_name_and_enabled_filter() {
+        let text = "[[servers]]\nname = \"on\"\ntransport = { type = \"stdio\", command = \"a\" }\n\n[[servers]]\nname = \"off\"\nenabled = false\ntransport = { type = \"stdio\", command = \"b\" }\n";
+        let config = parse_toml(text, Path::new("mcpgw.toml"));
+        let config = config.as_ref().ok();
+        assert_eq!(
+            config.and_then(|c| c.server("off")).map(|s| s.enabled),
+            Some(false)
+        );
+        assert!(config.and_then(|c| c.server("missing")).is_none());
+        let enabled: Vec<&str> = config
+            .map(|c| c.enabled_servers().map(|s| s.name.as_str()).collect())
+            .unwrap_or_default();
+        assert_eq!(enabled, ["on"]);
+    }
+
+    #[test]
+    fn header_var_names_are_upper_snake() {
+        assert_eq!(
+            header_var_name("docs", "Authorization"),
+            "DOCS_AUTHORIZATION"
+        );
+        assert_eq!(header_var_name("my-api", "X-Api-Key"), "MY_API_X_API_KEY");
+        assert_eq!(header_var_name("1password", "Token"), "MCP_1PASSWORD_TOKEN");
+    }
+}

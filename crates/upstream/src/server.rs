@@ -1,0 +1,375 @@
+//! One upstream server: its session, health, negotiated era and last good tool list.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use rmcp::{
+    model::{CallToolRequestParams, CallToolResponse, PaginatedRequestParams},
+    service::ServiceError,
+};
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::{
+    ToolsChanged, UpstreamError,
+    connect::{self, Connected, Session, UpstreamClient},
+};
+
+/// Most pages fetched for one `tools/list`; real servers have been seen returning a cursor that
+/// never advances, which would otherwise loop forever.
+const MAX_TOOL_PAGES: usize = 100;
+
+/// Which protocol generation a server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Era {
+    /// Stateless 2026-07-28: `server/discover`, per-request `_meta`.
+    Modern,
+    /// Handshake-based (`initialize`), 2025-11-25 and older.
+    Legacy,
+}
+
+/// Health of one server, as shown by `mcpgw servers` and the admin API.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum ServerState {
+    /// Never connected yet.
+    Idle,
+    Connecting,
+    Ready,
+    Failed { reason: String },
+}
+
+/// A snapshot of everything known about one server.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    #[serde(flatten)]
+    pub state: ServerState,
+    pub era: Option<Era>,
+    pub protocol_version: Option<String>,
+    pub server_name: Option<String>,
+    pub server_version: Option<String>,
+    pub tool_count: Option<usize>,
+    /// How long the last successful connect took.
+    pub connect_ms: Option<u64>,
+    #[serde(skip)]
+    pub last_change: Option<SystemTime>,
+}
+
+struct Live {
+    session: Arc<Session>,
+}
+
+pub struct Server {
+    config: config::ServerConfig,
+    handler: UpstreamClient,
+    /// Serialises (re)connects so concurrent callers share one new session.
+    connect_lock: tokio::sync::Mutex<()>,
+    live: Mutex<Option<Live>>,
+    status: Mutex<ServerStatus>,
+    tools: Mutex<Option<Arc<Vec<serde_json::Value>>>>,
+}
+
+impl Server {
+    pub(crate) fn new(
+        config: config::ServerConfig,
+        changes: mpsc::UnboundedSender<ToolsChanged>,
+    ) -> Self {
+        let name = config.name.to_string();
+        Self {
+            handler: UpstreamClient::new(name.clone(), changes),
+            config,
+            connect_lock: tokio::sync::Mutex::new(()),
+            live: Mutex::new(None),
+            status: Mutex::new(ServerStatus {
+                name,
+                state: ServerState::Idle,
+                era: None,
+                protocol_version: None,
+                server_name: None,
+                server_version: None,
+                tool_count: None,
+                connect_ms: None,
+                last_change: None,
+            }),
+            tools: Mutex::new(None),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.config.name.as_ref()
+    }
+
+    pub fn config(&self) -> &config::ServerConfig {
+        &self.config
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        lock(&self.status).clone()
+    }
+
+    /// The last tool list fetched successfully, raw as the server sent it. Kept while the server
+    /// is down so search keeps working.
+    pub fn tools(&self) -> Option<Arc<Vec<serde_json::Value>>> {
+        lock(&self.tools).clone()
+    }
+
+    /// Connects if needed and fetches the full tool list (all pages).
+    pub async fn refresh_tools(&self) -> Result<Arc<Vec<serde_json::Value>>, UpstreamError> {
+        let result = self
+            .with_session(true, |session| async move { list_all_tools(&session).await })
+            .await;
+        match result {
+            Ok(tools) => {
+                let tools = Arc::new(tools);
+                *lock(&self.tools) = Some(tools.clone());
+                lock(&self.status).tool_count = Some(tools.len());
+                Ok(tools)
+            }
+            Err(error) => {
+                self.set_state(ServerState::Failed {
+                    reason: error.to_string(),
+                });
+                Err(error)
+            }
+        }
+    }
+
+    /// Calls one tool by its upstream name. Retried once only when the session was found dead
+    /// before the request could be processed; see the crate invariants.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<CallToolResponse, UpstreamError> {
+        let name = name.to_owned();
+        self.with_session(false, move |session| {
+            let mut params = CallToolRequestParams::new(name.clone());
+            params.arguments = arguments.clone();
+            async move { session.peer().call_tool_once(params).await }
+        })
+        .await
+    }
+
+    /// Ends the session (and the child process group, for stdio).
+    pub async fn disconnect(&self) {
+        let live = lock(&self.live).take();
+        if let Some(live) = live {
+            close_session(live.session).await;
+        }
+    }
+
+    /// Runs `op` on a live session, connecting first when needed. When the session turns out to
+    /// be dead, a new one is made and `op` retried once: always when `idempotent`, otherwise only
+    /// if the session was already closed before `op` was sent.
+    async fn with_session<T, F, Fut>(&self, idempotent: bool, op: F) -> Result<T, UpstreamError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ServiceError>>,
+    {
+        let mut retried = false;
+        loop {
+            let session = self.session().await?;
+            let was_open = !session.is_closed() && !session.peer().is_transport_closed();
+            let timeout = self.config.timeout;
+            let outcome = match tokio::time::timeout(timeout, op(session.clone())).await {
+                Ok(result) => result.map_err(|e| self.classify(e)),
+                Err(_) => Err(UpstreamError::Timeout {
+                    server: self.name().to_owned(),
+                    after: timeout,
+                }),
+            };
+            match outcome {
+                Err(error) if error.session_lost() && !retried => {
+                    self.drop_session(&session).await;
+                    // A non-idempotent request already sent to a live session may have been
+                    // processed before the session died: report instead of repeating it.
+                    if !idempotent && was_open {
+                        return Err(error);
+                    }
+                    tracing::info!(server = self.name(), %error, "session lost, reconnecting once");
+                    retried = true;
+                }
+                Err(error) => {
+                    if error.session_lost() {
+                        self.drop_session(&session).await;
+                    }
+                    return Err(error);
+                }
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    /// The live session, connecting (once, shared by concurrent callers) when there is none.
+    async fn session(&self) -> Result<Arc<Session>, UpstreamError> {
+        if let Some(session) = self.current_open() {
+            return Ok(session);
+        }
+        let _guard = self.connect_lock.lock().await;
+        if let Some(session) = self.current_open() {
+            return Ok(session);
+        }
+        // A dead session is replaced; the old one is closed so its child group is killed.
+        let stale = lock(&self.live).take();
+        if let Some(stale) = stale {
+            close_session(stale.session).await;
+        }
+        self.set_state(ServerState::Connecting);
+        let started = Instant::now();
+        let known_era = lock(&self.status).era;
+        let timeout = self.config.timeout;
+        let result = tokio::time::timeout(
+            timeout,
+            connect::connect(&self.config, self.handler.clone(), known_era),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(UpstreamError::Timeout {
+                server: self.name().to_owned(),
+                after: timeout,
+            })
+        });
+        let connected: Connected = match result {
+            Ok(connected) => connected,
+            Err(error) => {
+                self.set_state(ServerState::Failed {
+                    reason: error.to_string(),
+                });
+                return Err(error);
+            }
+        };
+        let session = Arc::new(connected.session);
+        {
+            let mut status = lock(&self.status);
+            status.state = ServerState::Ready;
+            status.era = Some(connected.era);
+            status.protocol_version = Some(connected.protocol_version);
+            status.server_name = connected.server_name;
+            status.server_version = connected.server_version;
+            status.connect_ms = Some(started.elapsed().as_millis() as u64);
+            status.last_change = Some(SystemTime::now());
+        }
+        tracing::info!(
+            server = self.name(),
+            era = ?connected.era,
+            ms = started.elapsed().as_millis() as u64,
+            "upstream connected"
+        );
+        *lock(&self.live) = Some(Live {
+            session: session.clone(),
+        });
+        Ok(session)
+    }
+
+    fn current_open(&self) -> Option<Arc<Session>> {
+        let live = lock(&self.live);
+        let session = &live.as_ref()?.session;
+        (!session.is_closed() && !session.peer().is_transport_closed()).then(|| session.clone())
+    }
+
+    async fn drop_session(&self, session: &Arc<Session>) {
+        let taken = {
+            let mut live = lock(&self.live);
+            match live.as_ref() {
+                Some(current) if Arc::ptr_eq(&current.session, session) => live.take(),
+                _ => None,
+            }
+        };
+        if let Some(taken) = taken {
+            self.set_state(ServerState::Failed {
+                reason: "connection lost".to_owned(),
+            });
+            close_session(taken.session).await;
+        }
+    }
+
+    fn set_state(&self, state: ServerState) {
+        let mut status = lock(&self.status);
+        status.state = state;
+        status.last_change = Some(SystemTime::now());
+    }
+
+    fn classify(&self, error: ServiceError) -> UpstreamError {
+        let server = self.name().to_owned();
+        match error {
+            ServiceError::McpError(data) => UpstreamError::Rpc {
+                server,
+                code: data.code.0,
+                message: data.message.to_string(),
+                data: data.data,
+            },
+            ServiceError::TransportClosed => UpstreamError::Closed {
+                server,
+                reason: "transport closed".to_owned(),
+            },
+            ServiceError::TransportSend(e) => {
+                let reason = e.error.to_string();
+                if reason.contains("closed") || reason.contains("expired") || reason.contains("Session") {
+                    UpstreamError::Closed { server, reason }
+                } else {
+                    UpstreamError::Connect { server, reason }
+                }
+            }
+            ServiceError::Timeout { timeout } => UpstreamError::Timeout {
+                server,
+                after: timeout,
+            },
+            other => UpstreamError::Protocol {
+                server,
+                reason: other.to_string(),
+            },
+        }
+    }
+}
+
+async fn list_all_tools(session: &Session) -> Result<Vec<serde_json::Value>, ServiceError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..MAX_TOOL_PAGES {
+        let params = cursor
+            .clone()
+            .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = session.peer().list_tools(params).await?;
+        for tool in page.tools {
+            // Keep the tool exactly as sent; the catalog reads what it needs.
+            if let Ok(value) = serde_json::to_value(&tool) {
+                tools.push(value);
+            }
+        }
+        match page.next_cursor {
+            Some(next) if seen.insert(next.clone()) => cursor = Some(next),
+            Some(next) => {
+                tracing::warn!(cursor = %next, "upstream repeated a tools/list cursor; stopping");
+                break;
+            }
+            None => break,
+        }
+    }
+    Ok(tools)
+}
+
+async fn close_session(session: Arc<Session>) {
+    match Arc::try_unwrap(session) {
+        Ok(mut session) => {
+            let _ = session.close_with_timeout(Duration::from_secs(3)).await;
+        }
+        // Someone still holds it (an in-flight call); cancelling the token ends the service
+        // loop, which drops the transport and kills the child group.
+        Err(session) => session.cancellation_token().cancel(),
+    }
+}
+
+/// Locks a std mutex, recovering the data if a panicking thread poisoned it: the values kept
+/// here are plain snapshots that stay consistent between statements.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Scripted MCP client driver for mcpgw's end-to-end tests.
+
+Drives a real MCP peer with the official Python SDK (`mcp` 2.3.x) and prints
+ONE JSON object to stdout. Run it with the test venv's interpreter:
+
+    .peers/venv/bin/python tests/clients/mcp_client.py \
+        (--stdio CMD [ARG...] [--] | --url URL) [--era legacy|modern|auto] \
+        [--header 'Name: value']... SCRIPT_JSON
+
+SCRIPT_JSON (always the LAST argument; `@path` reads a file, `-` reads stdin)
+is a JSON array of steps, e.g.
+
+    [{"op": "list_tools"},
+     {"op": "call_tool", "name": "echo", "arguments": {"message": "hi"}}]
+
+Output: {"era": "<negotiated protocol version>", "server": {...}|null,
+         "steps": [<one result per step>]}
+An MCP error answered by the server is data: {"error": {"code", "message"[, "data"]}}.
+
+Exit codes: 0 script ran (even if steps returned MCP errors); 1 the connection
+failed (spawn, handshake/discover, transport, connection lost mid-script);
+2 usage error (bad arguments or script); 3 overall timeout
+(env MCP_CLIENT_TIMEOUT seconds, default 60). The reason is printed on stderr.
+
+See README.md beside this file for the eras and every op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import LATEST_MODERN_VERSION
+
+USAGE = (
+    "usage: mcp_client.py (--stdio CMD [ARG...] [--] | --url URL) "
+    "[--era legacy|modern|auto] [--header 'Name: value']... SCRIPT_JSON"
+)
+ERAS = ("legacy", "modern", "auto")
+PAGE_CAP = 100  # max pages followed for list_* (guards against non-advancing cursors)
+
+
+class UsageError(Exception):
+    pass
+
+
+class ConnectionFailed(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def parse_argv(argv: list[str]) -> dict[str, Any]:
+    if not argv or argv[0] in ("-h", "--help"):
+        raise UsageError(USAGE)
+    script_arg, rest = argv[-1], argv[:-1]
+    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}}
+    own = ("--era", "--url", "--stdio", "--header")
+    i = 0
+    while i < len(rest):
+        tok = rest[i]
+        key, eq, val = tok.partition("=")
+        if key in ("--era", "--url", "--header"):
+            if not eq:
+                i += 1
+                if i >= len(rest):
+                    raise UsageError(f"{key} needs a value\n{USAGE}")
+                val = rest[i]
+            if key == "--era":
+                if val not in ERAS:
+                    raise UsageError(f"--era must be one of {ERAS}, got {val!r}")
+                opts["era"] = val
+            elif key == "--url":
+                opts["url"] = val
+            else:
+                name, colon, value = val.partition(":")
+                if not colon or not name.strip():
+                    raise UsageError(f"--header wants 'Name: value', got {val!r}")
+                opts["headers"][name.strip()] = value.strip()
+            i += 1
+        elif tok == "--stdio":
+            cmd: list[str] = []
+            i += 1
+            while i < len(rest) and rest[i] != "--" and rest[i].partition("=")[0] not in own:
+                cmd.append(rest[i])
+                i += 1
+            if i < len(rest) and rest[i] == "--":
+                i += 1
+            if not cmd:
+                raise UsageError(f"--stdio needs a command\n{USAGE}")
+            opts["stdio"] = cmd
+        else:
+            raise UsageError(f"unexpected argument {tok!r} (SCRIPT_JSON must be last)\n{USAGE}")
+    if (opts["stdio"] is None) == (opts["url"] is None):
+        raise UsageError(f"give exactly one of --stdio or --url\n{USAGE}")
+    opts["script"] = load_script(script_arg)
+    return opts
+
+
+def load_script(arg: str) -> list[dict[str, Any]]:
+    if arg == "-":
+        text = sys.stdin.read()
+    elif arg.startswith("@"):
+        with open(arg[1:], encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = arg
+    try:
+        script = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"SCRIPT_JSON is not valid JSON: {e}") from None
+    if not isinstance(script, list) or not all(isinstance(s, dict) and isinstance(s.get("op"), str) for s in script):
+        raise UsageError('SCRIPT_JSON must be a JSON array of objects with an "op" string')
+    for step in script:
+        if step["op"] not in OPS:
+            raise UsageError(f"unknown op {step['op']!r}; known: {sorted(OPS)}")
+    return script
+
+
+# --------------------------------------------------------------------------- ops
+
+
+def dump(model: Any) -> Any:
+    """A pydantic model (or list of them) as plain wire-shaped JSON."""
+    if isinstance(model, list):
+        return [dump(m) for m in model]
+    if hasattr(model, "model_dump"):
+        return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return model
+
+
+async def paginate(fetch: Any, attr: str) -> list[Any]:
+    items: list[Any] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    for _ in range(PAGE_CAP):
+        page = await fetch(cursor)
+        items.extend(getattr(page, attr))
+        cursor = page.next_cursor
+        if cursor is None or cursor in seen:
+            break
+        seen.add(cursor)
+    return items
+
+
+async def op_list_tools(client: Client, step: dict[str, Any]) -> Any:
+    tools = await paginate(lambda c: client.list_tools(cursor=c), "tools")
+    if step.get("full"):
+        return dump(tools)
+    return [{"name": t.name, "description": t.description} for t in tools]
+
+
+async def op_call_tool(client: Client, step: dict[str, Any]) -> Any:
+    if not isinstance(step.get("name"), str):
+        raise UsageError('call_tool needs "name"')
+    result = await client.call_tool(step["name"], step.get("arguments") or {})
+    return {
+        "content": dump(list(result.content)),
+        "structuredContent": result.structured_content,
+        "isError": bool(result.is_error),
+    }
+
+
+async def op_list_resources(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await paginate(lambda c: client.list_resources(cursor=c), "resources"))
+
+
+async def op_list_resource_templates(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await paginate(lambda c: client.list_resource_templates(cursor=c), "resource_templates"))
+
+
+async def op_read_resource(client: Client, step: dict[str, Any]) -> Any:
+    result = await client.read_resource(step["uri"])
+    return {"contents": dump(list(result.contents))}
+
+
+async def op_list_prompts(client: Client, step: dict[str, Any]) -> Any:
+    prompts = await paginate(lambda c: client.list_prompts(cursor=c), "prompts")
+    if step.get("full"):
+        return dump(prompts)
+    return [{"name": p.name, "description": p.description} for p in prompts]
+
+
+async def op_get_prompt(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await client.get_prompt(step["name"], step.get("arguments") or {}))
+
+
+async def op_ping(client: Client, step: dict[str, Any]) -> Any:
+    await client.session.send_ping()  # removed in 2026-07-28: a modern peer answers with an error
+    return {}
+
+
+async def op_discover(client: Client, step: dict[str, Any]) -> Any:
+    return await client.session.send_discover(step.get("version", LATEST_MODERN_VERSION))
+
+
+async def op_sleep(client: Client, step: dict[str, Any]) -> Any:
+    await anyio.sleep(float(step.get("seconds", 0)))
+    return {}
+
+
+OPS = {
+    "list_tools": op_list_tools,
+    "call_tool": op_call_tool,
+    "list_resources": op_list_resources,
+    "list_resource_templates": op_list_resource_templates,
+    "read_resource": op_read_resource,
+    "list_prompts": op_list_prompts,
+    "get_prompt": op_get_prompt,
+    "ping": op_ping,
+    "discover": op_discover,
+    "sleep": op_sleep,
+}
+
+
+# --------------------------------------------------------------------------- run
+
+
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for e in exc.exceptions:
+            out.extend(leaf_exceptions(e))
+        return out
+    return [exc]
+
+
+def describe(exc: BaseException) -> str:
+    return "; ".join(f"{type(e).__name__}: {e}" for e in leaf_exceptions(exc))
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Transport-level failures (not answers from the peer)."""
+    for e in leaf_exceptions(exc):
+        if isinstance(e, MCPError):
+            # The SDK's own synthesized error when the transport is gone.
+            if e.code == types.CONNECTION_CLOSED and e.message == "Connection closed":
+                return True
+        elif isinstance(
+            e,
+            (OSError, httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream),
+        ):
+            return True
+    return False
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    leaves = leaf_exceptions(exc)
+    mcp_errors = [e for e in leaves if isinstance(e, MCPError)]
+    if mcp_errors:
+        err = mcp_errors[0].error
+        out: dict[str, Any] = {"code": err.code, "message": err.message}
+        if err.data is not None:
+            out["data"] = err.data
+        return {"error": out}
+    # A client-side rejection (e.g. a result that fails schema validation).
+    return {"error": {"code": None, "message": describe(exc), "kind": type(leaves[0]).__name__}}
+
+
+async def connect(stack: AsyncExitStack, opts: dict[str, Any]) -> Client:
+    era = opts["era"]
+    # legacy: initialize handshake at 2025-11-25 (LATEST_HANDSHAKE_VERSION);
+    # modern: pin 2026-07-28 (adopted without handshake), then a real server/discover below;
+    # auto:   the SDK's own probe (server/discover, falls back to initialize).
+    mode = {"legacy": "legacy", "modern": LATEST_MODERN_VERSION, "auto": "auto"}[era]
+    if opts["stdio"] is not None:
+        cmd = opts["stdio"]
+        # Pass the whole environment (the SDK default keeps only HOME/PATH/...).
+        server: Any = StdioServerParameters(command=cmd[0], args=cmd[1:], env=dict(os.environ))
+    else:
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=opts["headers"], timeout=httpx2.Timeout(30.0, read=300.0))
+        )
+        server = streamable_http_client(opts["url"], http_client=http)
+    client = Client(
+        server,
+        mode=mode,
+        cache=None,  # every step must reach the wire
+        client_info=types.Implementation(name="mcpgw-test-client", version="0.1.0"),
+    )
+    try:
+        await stack.enter_async_context(client)
+    except Exception as e:
+        raise ConnectionFailed(f"connect ({era}) failed: {describe(e)}") from e
+    if era == "modern":
+        try:
+            raw = await client.session.send_discover(LATEST_MODERN_VERSION)
+            client.session.adopt(types.DiscoverResult.model_validate(raw))
+        except Exception as e:
+            raise ConnectionFailed(f"server/discover (modern era) failed: {describe(e)}") from e
+    return client
+
+
+def server_info(client: Client) -> Any:
+    info = client.server_info
+    return None if info is None else {"name": info.name, "version": info.version}
+
+
+async def run(opts: dict[str, Any]) -> dict[str, Any]:
+    steps: list[Any] = []
+    out: dict[str, Any] = {"era": None, "server": None, "steps": steps}
+    async with AsyncExitStack() as stack:
+        client = await connect(stack, opts)
+        out["era"] = client.protocol_version
+        out["server"] = server_info(client)
+        for i, step in enumerate(opts["script"]):
+            try:
+                steps.append(await OPS[step["op"]](client, step))
+            except UsageError:
+                raise
+            except Exception as e:  # MCP errors and client-side rejections are data
+                if is_connection_lost(e):
+                    sys.stderr.write(f"partial output: {json.dumps(out)}\n")
+                    raise ConnectionFailed(f"connection lost at step {i} ({step['op']}): {describe(e)}") from e
+                steps.append(error_data(e))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    try:
+        opts = parse_argv(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
+    timeout = float(os.environ.get("MCP_CLIENT_TIMEOUT", "60"))
+
+    async def bounded() -> dict[str, Any]:
+        with anyio.fail_after(timeout):
+            return await run(opts)
+
+    try:
+        out = anyio.run(bounded)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - classify, report on stderr, exit non-zero
+        leaves = leaf_exceptions(e)
+        if os.environ.get("MCP_CLIENT_DEBUG"):
+            traceback.print_exception(e)
+        for kind, code, prefix in (
+            (UsageError, 2, ""),
+            (ConnectionFailed, 1, ""),
+            (TimeoutError, 3, None),
+        ):
+            hit = next((x for x in leaves if isinstance(x, kind)), None)
+            if hit is None:
+                continue
+            if prefix is None:
+                print(f"mcp_client: timed out after {timeout:g} s (MCP_CLIENT_TIMEOUT)", file=sys.stderr)
+            else:
+                print(f"mcp_client: {hit}", file=sys.stderr)
+            return code
+        print(f"mcp_client: connection failed: {describe(e)}", file=sys.stderr)
+        return 1
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
