@@ -17,6 +17,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+T0=$SECONDS
 
 STAGE=""
 NEXTEST_LOG=""
@@ -77,8 +78,9 @@ cargo bench --workspace --no-run
 # of PKG's dependencies cross-checks every verdict.
 assert_no_dep() {
   local pkg=$1 dep=$2 out rc forward
-  if ! cargo pkgid "$pkg" >/dev/null 2>&1; then
-    echo "    FAIL: workspace package '$pkg' not found (invariant check is stale)" >&2
+  if ! out="$(cargo pkgid "$pkg" 2>&1)"; then
+    echo "    FAIL: cannot resolve workspace package '$pkg' (renamed? then update this check):" >&2
+    printf '%s\n' "$out" | sed 's/^/      /' >&2
     return 1
   fi
   # Forward listing: every package in PKG's normal dependency graph.
@@ -124,7 +126,7 @@ if [[ $invariants_ok -ne 1 ]]; then
 fi
 
 STAGE="done"
-printf '\n==> [test] all stages passed\n'
+printf '\n==> [test] all stages passed in %d s\n' "$((SECONDS - T0))"
 # Repeat nextest's counts as the closing line (the doc-test and bench stages
 # print their own runner lines after nextest's summary).
 if [[ "$NEXTEST_SUMMARY" =~ ([0-9]+)\ passed ]]; then

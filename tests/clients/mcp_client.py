@@ -92,7 +92,12 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
         elif tok == "--stdio":
             cmd: list[str] = []
             i += 1
-            while i < len(rest) and rest[i] != "--" and rest[i].partition("=")[0] not in own:
+            # With a `--` terminator later on, everything up to it is the command verbatim, so a
+            # command may itself take flags named like ours (`mcpgw serve --stdio`).
+            terminated = "--" in rest[i:]
+            while i < len(rest) and rest[i] != "--" and (
+                terminated or rest[i].partition("=")[0] not in own
+            ):
                 cmd.append(rest[i])
                 i += 1
             if i < len(rest) and rest[i] == "--":

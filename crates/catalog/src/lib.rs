@@ -50,6 +50,7 @@ pub struct ServerTools {
 
 /// An immutable snapshot of every upstream tool. `Send + Sync`; share it through an `Arc` and
 /// replace it whole on refresh.
+#[derive(Clone)]
 pub struct Catalog {
     tools: Vec<ToolEntry>,
     by_name: HashMap<String, usize>,
@@ -79,19 +80,23 @@ impl Catalog {
             }
             listed.push((upstream.server.clone(), upstream.description.clone()));
 
-            // Upstream names seen on this server: a second tool with the same name could never
-            // be called (calls go out by upstream name), so it is not listed.
-            let mut seen: HashSet<&str> = HashSet::new();
+            // Upstream names loaded from this server: a second tool with the same name could
+            // never be called (calls go out by upstream name), so it is not listed. A malformed
+            // first copy does not count, so a good second copy still loads.
+            let mut loaded: HashSet<&str> = HashSet::new();
             for raw in &upstream.tools {
                 let name = entry::upstream_name(raw).ok();
                 if let Some(name) = name
-                    && !seen.insert(name)
+                    && loaded.contains(name)
                 {
                     problems.push(problem(Some(name), Error::DuplicateTool));
                     continue;
                 }
                 match ToolEntry::parse(&upstream.server, raw, &mut namer) {
-                    Ok(tool) => tools.push(tool),
+                    Ok(tool) => {
+                        loaded.extend(name);
+                        tools.push(tool);
+                    }
                     Err(error) => problems.push(problem(name, error)),
                 }
             }
@@ -372,6 +377,8 @@ mod tests {
                     json!(null),
                     json!({"name": "good", "inputSchema": {"type": "object"}}),
                     json!({"name": "good", "inputSchema": {"type": "object"}, "description": "again"}),
+                    json!({"name": "retried", "inputSchema": 1}),
+                    json!({"name": "retried", "inputSchema": {}}),
                 ],
             },
             ServerTools {
@@ -394,6 +401,7 @@ mod tests {
             broken: tool "no_schema": tool has no inputSchema
             broken: tool is not a JSON object
             broken: tool "good": duplicate tool name; the first tool with this name is kept
+            broken: tool "retried": inputSchema is not a JSON object
             fine: server listed more than once; only its first tool list is used"#]]
         .assert_eq(&problems.join("\n"));
         let names: Vec<&str> = catalog
@@ -401,7 +409,7 @@ mod tests {
             .iter()
             .map(|t| t.qualified.as_str())
             .collect();
-        assert_eq!(names, ["broken__good", "fine__ok"]);
+        assert_eq!(names, ["broken__good", "broken__retried", "fine__ok"]);
         assert_eq!(
             catalog.get("broken__good").map(|t| t.description.as_str()),
             Some("")

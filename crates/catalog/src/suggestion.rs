@@ -6,7 +6,9 @@
 //!    across all servers: the model dropped or guessed the server prefix;
 //! 3. one name contains the other;
 //! 4. a plausible typo: small edit distance (Levenshtein over characters, at most a third of
-//!    the length, min 1), see [`typo_distance`].
+//!    the length, min 1). For a `server__tool` shape the tool parts must be that close and the
+//!    server distance is added on top, so `everything__ecko` suggests `everything__echo` but not
+//!    `everything__add`.
 //!
 //! Within a tier, smaller edit distance first, then the qualified name, so results are stable.
 

@@ -20,7 +20,11 @@ async fn started_gateway(config: config::Config) -> Arc<Gateway> {
     let bar = render::progress(total, "connecting to servers");
     gateway
         .start(|server| {
-            bar.set_message(format!("{} {}", server.name(), render::state_word(&server.status())));
+            bar.set_message(format!(
+                "{} {}",
+                server.name(),
+                render::state_word(&server.status())
+            ));
             bar.inc(1);
         })
         .await;
@@ -131,7 +135,10 @@ pub(crate) async fn search(
             .collect();
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else if hits.is_empty() {
-        println!("no tools matched \"{query}\" ({} tools searched)", catalog.tools().len());
+        println!(
+            "no tools matched \"{query}\" ({} tools searched)",
+            catalog.tools().len()
+        );
     } else {
         println!("{}", render::search_table(&hits));
         println!(
@@ -156,7 +163,9 @@ pub(crate) async fn tools(
     if let Some(name) = server
         && config.server(name).is_none()
     {
-        return Err(Failure::usage(anyhow!("no server named '{name}' in the configuration")));
+        return Err(Failure::usage(anyhow!(
+            "no server named '{name}' in the configuration"
+        )));
     }
     let gateway = started_gateway(config).await;
     let catalog = gateway.catalog();
@@ -186,7 +195,10 @@ pub(crate) async fn tools(
         println!("{}", render::tools_table(&tools, cost));
         if cost {
             let total: usize = tools.iter().map(|t| t.token_cost).sum();
-            println!("{} tools, {total} tokens (cl100k_base) if listed directly", tools.len());
+            println!(
+                "{} tools, {total} tokens (cl100k_base) if listed directly",
+                tools.len()
+            );
         }
     }
     report_failed_servers(&gateway);
@@ -322,7 +334,10 @@ pub(crate) fn import(file: &Path, output: Option<&Path>) -> Result<(), Failure> 
 fn report_failed_servers(gateway: &Gateway) {
     for server in gateway.upstreams().servers() {
         if let upstream::ServerState::Failed { reason } = server.status().state {
-            eprintln!("warning: server '{}' is unavailable: {reason}", server.name());
+            eprintln!(
+                "warning: server '{}' is unavailable: {reason}",
+                server.name()
+            );
         }
     }
 }

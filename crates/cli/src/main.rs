@@ -11,7 +11,11 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "mcpgw", version, about = "An MCP gateway: one searchable front for many MCP servers")]
+#[command(
+    name = "mcpgw",
+    version,
+    about = "An MCP gateway: one searchable front for many MCP servers"
+)]
 struct Cli {
     /// Configuration file (mcpgw.toml, or a Claude Desktop / Cursor / VS Code mcpServers JSON).
     /// Default: ./mcpgw.toml, then $XDG_CONFIG_HOME/mcpgw/mcpgw.toml.

@@ -8,7 +8,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
     // indicatif draws to stderr and hides itself when stderr is not a terminal.
     let bar = ProgressBar::new(total);
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {prefix} [{bar:20}] {pos}/{len} {msg}") {
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} {prefix} [{bar:20}] {pos}/{len} {msg}")
+    {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(what.to_owned());
@@ -81,7 +83,10 @@ pub(crate) fn servers_table(statuses: &[upstream::ServerStatus]) -> Table {
         table.add_row([
             status.name.clone(),
             state_word(status).to_owned(),
-            status.era.map(|e| format!("{e:?}").to_lowercase()).unwrap_or_default(),
+            status
+                .era
+                .map(|e| format!("{e:?}").to_lowercase())
+                .unwrap_or_default(),
             status.protocol_version.clone().unwrap_or_default(),
             status.tool_count.map(|n| n.to_string()).unwrap_or_default(),
             detail,
@@ -96,10 +101,16 @@ pub(crate) fn server_test(
     tools: &[String],
     elapsed: Duration,
 ) -> String {
-    let era = status.era.map(|e| format!("{e:?}").to_lowercase()).unwrap_or_default();
+    let era = status
+        .era
+        .map(|e| format!("{e:?}").to_lowercase())
+        .unwrap_or_default();
     let mut out = format!(
         "server    {name}: ok\nimplements {} {}\nprotocol  {} ({era} era)\nlatency   connect {} ms, total {} ms\ntools     {}\n",
-        status.server_name.clone().unwrap_or_else(|| "(unnamed)".to_owned()),
+        status
+            .server_name
+            .clone()
+            .unwrap_or_else(|| "(unnamed)".to_owned()),
         status.server_version.clone().unwrap_or_default(),
         status.protocol_version.clone().unwrap_or_default(),
         status.connect_ms.unwrap_or(0),

@@ -117,11 +117,30 @@ pub struct StdioTransport {
     pub cwd: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct HttpTransport {
-    /// Always `http` or `https`.
+    /// Always `http` or `https`. In mcpgw.toml it holds no password and no secret-looking
+    /// query parameter; a JSON file served directly may have them.
     pub url: Url,
     pub headers: BTreeMap<String, Value>,
+}
+
+/// Hides a url's password and query, where a JSON file served directly may keep a key.
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut url = self.url.clone();
+        if url.password().is_some() {
+            // Only fails for urls that cannot have a password, which this one does.
+            let _ = url.set_password(Some("<redacted>"));
+        }
+        if url.query().is_some() {
+            url.set_query(Some("<redacted>"));
+        }
+        f.debug_struct("HttpTransport")
+            .field("url", &url.as_str())
+            .field("headers", &self.headers)
+            .finish()
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +171,18 @@ mod tests {
                 "{name:?} should be rejected"
             );
         }
+    }
+
+    #[test]
+    fn http_debug_hides_url_credentials() {
+        let url = Url::parse("https://me:SECRET1@host/mcp?api_key=SECRET2");
+        let transport = url.map(|url| HttpTransport {
+            url,
+            headers: BTreeMap::new(),
+        });
+        let shown = format!("{transport:?}");
+        assert!(!shown.contains("SECRET"), "{shown}");
+        assert!(shown.contains("host/mcp"), "{shown}");
     }
 
     #[test]

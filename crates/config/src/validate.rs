@@ -318,26 +318,52 @@ impl Validator {
     }
 
     fn url(&mut self, path: &str, text: &str) -> Option<Url> {
-        match Url::parse(text) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") => Some(url),
-            Ok(url) => {
+        let url = match Url::parse(text) {
+            Ok(url) => url,
+            Err(err) => {
+                // The text is not echoed: it may hold a credential.
+                self.problems.push(
+                    Problem::new(path, format!("invalid url: {err}"))
+                        .hint("write an absolute url such as \"https://mcp.example.com/mcp\""),
+                );
+                return None;
+            }
+        };
+        if !matches!(url.scheme(), "http" | "https") {
+            self.problems.push(
+                Problem::new(
+                    path,
+                    format!("url scheme `{}` is not supported", url.scheme()),
+                )
+                .hint("use an http:// or https:// url"),
+            );
+            return None;
+        }
+        if self.inline_secrets == InlineSecrets::Allow {
+            return Some(url);
+        }
+        // A url cannot be a secret reference yet, so a credential in it cannot be fixed in
+        // place; the hints name the ways out.
+        let before = self.problems.len();
+        if url.password().is_some() {
+            self.problems.push(
+                Problem::new(path, "the url holds a password and must not be written inline").hint(
+                    r#"send it as a header, e.g. headers = { Authorization = { env = "VAR", prefix = "Basic " } }"#,
+                ),
+            );
+        }
+        for (name, _) in url.query_pairs() {
+            if looks_secret(&name) {
                 self.problems.push(
                     Problem::new(
                         path,
-                        format!("url scheme `{}` is not supported", url.scheme()),
+                        format!("query parameter `{name}` looks like a secret and must not be written inline"),
                     )
-                    .hint("use an http:// or https:// url"),
+                    .hint(r#"send it as a header with { env = "VAR" } if the server accepts one, or serve the mcpServers JSON file directly"#),
                 );
-                None
-            }
-            Err(err) => {
-                self.problems.push(
-                    Problem::new(path, format!("invalid url `{text}`: {err}"))
-                        .hint("write an absolute url such as \"https://mcp.example.com/mcp\""),
-                );
-                None
             }
         }
+        (self.problems.len() == before).then_some(url)
     }
 
     /// `suggested_var` is the variable named in the hint when a secret is written inline.
@@ -561,10 +587,14 @@ name = "a__b"
 transport = { type = "sse", url = "not a url" }
 
 [[servers]]
+name = "keyed"
+transport = { type = "http", url = "https://me:hunter2@example.com/mcp?api_key=sk-123&profile=x" }
+
+[[servers]]
 description = "no name, no transport"
 "#,
             expect![[r#"
-                invalid configuration (12 problems):
+                invalid configuration (14 problems):
                   gateway.listen: `localhost:8931` is not an IP address and port (hint: write it like "127.0.0.1:8931"; host names are not accepted)
                   servers[0].name: invalid server name `bad name`: contains ' '; only letters, digits, `-` and `_` are allowed (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
                   servers[0].transport.command: command must not be empty
@@ -574,9 +604,11 @@ description = "no name, no transport"
                   servers[2].timeout_s: timeout must be between 1 and 300 seconds, got 301 (hint: leave it out for the default of 30)
                   servers[2].transport.headers.Authorization: `Authorization` looks like a secret and must not be written inline (hint: write it as { env = "DUP_AUTHORIZATION", prefix = "Bearer " } and export DUP_AUTHORIZATION)
                   servers[3].name: invalid server name `a__b`: must not contain `__`, which separates server and tool in qualified tool names (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
-                  servers[3].transport.url: invalid url `not a url`: relative URL without a base (hint: write an absolute url such as "https://mcp.example.com/mcp")
-                  servers[4].name: missing server name (hint: add name = "..." using letters, digits, `-` and `_`)
-                  servers[4].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })"#]],
+                  servers[3].transport.url: invalid url: relative URL without a base (hint: write an absolute url such as "https://mcp.example.com/mcp")
+                  servers[4].transport.url: the url holds a password and must not be written inline (hint: send it as a header, e.g. headers = { Authorization = { env = "VAR", prefix = "Basic " } })
+                  servers[4].transport.url: query parameter `api_key` looks like a secret and must not be written inline (hint: send it as a header with { env = "VAR" } if the server accepts one, or serve the mcpServers JSON file directly)
+                  servers[5].name: missing server name (hint: add name = "..." using letters, digits, `-` and `_`)
+                  servers[5].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })"#]],
         );
     }
 

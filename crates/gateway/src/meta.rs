@@ -111,9 +111,7 @@ pub(crate) fn search(catalog: &Catalog, args: &Map<String, Value>) -> CallToolRe
         Some(v) => match v.as_u64() {
             Some(n) if (1..=MAX_TOP_K as u64).contains(&n) => n as usize,
             _ => {
-                return tool_error(format!(
-                    "'top_k' must be an integer from 1 to {MAX_TOP_K}"
-                ));
+                return tool_error(format!("'top_k' must be an integer from 1 to {MAX_TOP_K}"));
             }
         },
     };

@@ -4,7 +4,7 @@
 //! marked as untrusted data: the model must read a tool's output as data, never as
 //! instructions from the user or the system.
 
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, ResultType};
 use upstream::UpstreamError;
 
 /// Prefixed to the first text block of every upstream result.
@@ -14,7 +14,12 @@ pub(crate) fn untrusted_marker(server: &str) -> String {
 
 pub(crate) fn from_upstream(server: &str, response: CallToolResponse) -> CallToolResult {
     match response {
-        CallToolResponse::Complete(result) => mark_untrusted(server, result),
+        CallToolResponse::Complete(mut result) => {
+            // A legacy upstream sends no `resultType`; a 2026-07-28 client requires it. rmcp
+            // strips it again for clients on older versions.
+            result.result_type = Some(ResultType::COMPLETE);
+            mark_untrusted(server, result)
+        }
         // Relaying input requests and tasks is protocol work of its own (issue: whole protocol
         // through the gateway); until then the model gets a clear, honest failure.
         CallToolResponse::InputRequired(_) => tool_error(format!(
@@ -29,7 +34,10 @@ pub(crate) fn from_upstream(server: &str, response: CallToolResponse) -> CallToo
 
 fn mark_untrusted(server: &str, mut result: CallToolResult) -> CallToolResult {
     let marker = untrusted_marker(server);
-    let first_text = result.content.iter().position(|b| matches!(b, ContentBlock::Text(_)));
+    let first_text = result
+        .content
+        .iter()
+        .position(|b| matches!(b, ContentBlock::Text(_)));
     match first_text {
         Some(index) => {
             if let Some(ContentBlock::Text(text)) = result.content.get_mut(index) {
@@ -37,7 +45,9 @@ fn mark_untrusted(server: &str, mut result: CallToolResult) -> CallToolResult {
             }
         }
         None if !result.content.is_empty() => {
-            result.content.insert(0, ContentBlock::text(marker.trim_end()));
+            result
+                .content
+                .insert(0, ContentBlock::text(marker.trim_end()));
         }
         None => {}
     }

@@ -54,6 +54,7 @@ pub async fn serve_http(
     let health_gateway = gateway.clone();
     let app = Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::map_response(transport_errors_as_json_rpc))
         .route(
             "/healthz",
             get(move || {
@@ -67,6 +68,61 @@ pub async fn serve_http(
         .await
         .context("HTTP server failed")?;
     Ok(())
+}
+
+/// rmcp answers transport-level failures (unparseable body, body over the limit, wrong
+/// content type) with plain text. Clients expect a JSON-RPC error object, so those answers are
+/// rewritten here, keeping the status and rmcp's message. This is the HTTP edge's one mapping:
+/// 413 -> -32600 (too large), a body that is not JSON -> 400 / -32700 (parse error), any other
+/// 4xx without a JSON body -> -32600 (invalid request).
+async fn transport_errors_as_json_rpc(
+    response: axum::response::Response,
+) -> axum::response::Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+    if !status.is_client_error() || is_json || status == http::StatusCode::UNAUTHORIZED {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // These bodies are short texts written by rmcp; cap the read anyway.
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let (status, code, message) = if status == http::StatusCode::PAYLOAD_TOO_LARGE {
+        (
+            status,
+            -32600,
+            format!(
+                "request body is larger than the {} MB limit",
+                MAX_REQUEST_BODY_BYTES / (1024 * 1024)
+            ),
+        )
+    } else if text.contains("deserialize") || text.contains("parse") {
+        (
+            http::StatusCode::BAD_REQUEST,
+            -32700,
+            format!("parse error: {text}"),
+        )
+    } else {
+        (status, -32600, text)
+    };
+    parts.status = status;
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": code, "message": message},
+    });
+    axum::response::Response::from_parts(parts, axum::body::Body::from(body.to_string()))
 }
 
 fn health(gateway: &Gateway) -> serde_json::Value {

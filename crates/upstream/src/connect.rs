@@ -12,7 +12,9 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::{
     ClientHandler, RoleClient,
     model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
-    service::{ClientLifecycleMode, NotificationContext, RunningService, serve_client_with_lifecycle},
+    service::{
+        ClientLifecycleMode, NotificationContext, RunningService, serve_client_with_lifecycle,
+    },
     transport::{
         StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
@@ -116,9 +118,13 @@ async fn connect_with(
             let mut transport_config =
                 StreamableHttpClientTransportConfig::with_uri(http_config.url.as_str())
                     .reinit_on_expired_session(true);
-            transport_config.custom_headers = headers.into_iter().filter_map(|(k, v)| Some((k?, v))).collect();
+            transport_config.custom_headers = headers
+                .into_iter()
+                .filter_map(|(k, v)| Some((k?, v)))
+                .collect();
             transport_config.max_json_response_size = MAX_RESPONSE_BYTES;
-            let transport = StreamableHttpClientTransport::with_client(http_client(), transport_config);
+            let transport =
+                StreamableHttpClientTransport::with_client(http_client(), transport_config);
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
         config::Transport::Sse(http_config) => {

@@ -39,7 +39,9 @@ pub enum ServerState {
     Idle,
     Connecting,
     Ready,
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
 }
 
 /// A snapshot of everything known about one server.
@@ -124,7 +126,10 @@ impl Server {
     /// Connects if needed and fetches the full tool list (all pages).
     pub async fn refresh_tools(&self) -> Result<Arc<Vec<serde_json::Value>>, UpstreamError> {
         let result = self
-            .with_session(true, |session| async move { list_all_tools(&session).await })
+            .with_session(
+                true,
+                |session| async move { list_all_tools(&session).await },
+            )
             .await;
         match result {
             Ok(tools) => {
@@ -312,7 +317,10 @@ impl Server {
             },
             ServiceError::TransportSend(e) => {
                 let reason = e.error.to_string();
-                if reason.contains("closed") || reason.contains("expired") || reason.contains("Session") {
+                if reason.contains("closed")
+                    || reason.contains("expired")
+                    || reason.contains("Session")
+                {
                     UpstreamError::Closed { server, reason }
                 } else {
                     UpstreamError::Connect { server, reason }
@@ -371,5 +379,7 @@ async fn close_session(session: Arc<Session>) {
 /// Locks a std mutex, recovering the data if a panicking thread poisoned it: the values kept
 /// here are plain snapshots that stay consistent between statements.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -37,7 +37,11 @@ fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
 
     let (status, body) = gateway.post_raw(r#"{"jsonrpc":"2.0","id":1,"method":"#);
     assert_eq!(status, 400, "{body}");
-    assert_eq!(message(&body)["error"]["code"], -32700, "malformed JSON: {body}");
+    assert_eq!(
+        message(&body)["error"]["code"],
+        -32700,
+        "malformed JSON: {body}"
+    );
 
     let (_, body) = gateway.post_raw(request(2, "tools/frobnicate", json!({})));
     let reply = message(&body);
@@ -52,7 +56,10 @@ fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
     assert_eq!(reply["error"]["code"], -32602, "unknown tool: {reply}");
     let text = reply["error"]["message"].as_str().unwrap_or_default();
     assert!(text.contains("unknown tool 'everything__ecko'"), "{text}");
-    assert!(text.contains("everything__echo"), "closest names listed: {text}");
+    assert!(
+        text.contains("everything__echo"),
+        "closest names listed: {text}"
+    );
 
     let (_, body) = gateway.post_raw(request(
         4,
@@ -60,19 +67,39 @@ fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
         json!({"name": "call_tool", "arguments": {"name": "everything__echo", "arguments": "hi"}}),
     ));
     let reply = message(&body);
-    assert_eq!(reply["error"]["code"], -32602, "arguments not an object: {reply}");
-    assert!(reply["error"]["message"].as_str().unwrap_or_default().contains("must be a JSON object"));
+    assert_eq!(
+        reply["error"]["code"], -32602,
+        "arguments not an object: {reply}"
+    );
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("must be a JSON object")
+    );
 
-    let (_, body) = gateway.post_raw(request(5, "tools/call", json!({"name": "call_tool", "arguments": [1, 2]})));
+    let (_, body) = gateway.post_raw(request(
+        5,
+        "tools/call",
+        json!({"name": "call_tool", "arguments": [1, 2]}),
+    ));
     let reply = message(&body);
-    assert!(reply.get("error").is_some(), "top-level arguments not an object: {reply}");
+    assert!(
+        reply.get("error").is_some(),
+        "top-level arguments not an object: {reply}"
+    );
 
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{{"pad":"{}"}}}}"#,
         "x".repeat(6 * 1024 * 1024)
     );
     let (status, body) = gateway.post_raw(huge);
-    assert_eq!(status, 413, "oversized body: {}", &body[..body.len().min(200)]);
+    assert_eq!(
+        status,
+        413,
+        "oversized body: {}",
+        &body[..body.len().min(200)]
+    );
 
     // Unharmed: a normal call still works.
     let (status, body) = gateway.post_raw(request(
@@ -82,5 +109,8 @@ fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
     ));
     assert_eq!(status, 200, "{body}");
     let reply = message(&body);
-    assert!(result_text(&reply["result"]).contains("Echo: ok"), "{reply}");
+    assert!(
+        result_text(&reply["result"]).contains("Echo: ok"),
+        "{reply}"
+    );
 }

@@ -62,24 +62,41 @@ fn dead_and_hanging_upstreams_never_block_the_others() {
     };
     assert_eq!(state("everything")["state"], "ready");
     assert_eq!(state("ghost")["state"], "failed");
-    let ghost_reason = state("ghost")["reason"].as_str().unwrap_or_default().to_owned();
+    let ghost_reason = state("ghost")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(ghost_reason.contains("command not found"), "{ghost_reason}");
     assert_eq!(state("stuck")["state"], "failed");
-    let stuck_reason = state("stuck")["reason"].as_str().unwrap_or_default().to_owned();
-    assert!(stuck_reason.contains("did not answer within 2"), "{stuck_reason}");
+    let stuck_reason = state("stuck")["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        stuck_reason.contains("did not answer within 2"),
+        "{stuck_reason}"
+    );
 
     let result = echo(&gateway.url(), "still here");
-    assert!(result_text(&result).contains("Echo: still here"), "{result}");
+    assert!(
+        result_text(&result).contains("Echo: still here"),
+        "{result}"
+    );
 
     // The child that hung was killed when its connect timed out, not left behind.
     let started = recorded_pids(&pids);
     assert!(!started.is_empty());
-    wait_until("the hung child to be killed", Duration::from_secs(10), || {
-        started.iter().all(|&pid| !alive(pid))
-    });
+    wait_until(
+        "the hung child to be killed",
+        Duration::from_secs(10),
+        || started.iter().all(|&pid| !alive(pid)),
+    );
 
     let status = gateway.proc.terminate();
-    assert!(status.success(), "gateway exit status after SIGTERM: {status}");
+    assert!(
+        status.success(),
+        "gateway exit status after SIGTERM: {status}"
+    );
 }
 
 #[test]
@@ -98,7 +115,9 @@ fn killed_upstream_comes_back_on_next_call_and_nothing_outlives_the_gateway() {
     let first = recorded_pids(&pids);
     assert_eq!(first.len(), 1, "one child started: {first:?}");
     signal(first[0], "KILL");
-    wait_until("the upstream to die", Duration::from_secs(10), || !alive(first[0]));
+    wait_until("the upstream to die", Duration::from_secs(10), || {
+        !alive(first[0])
+    });
 
     let again = echo(&gateway.url(), "two");
     assert!(result_text(&again).contains("Echo: two"), "{again}");
@@ -132,17 +151,23 @@ fn stdio_gateway_stops_its_children_when_the_client_goes_away() {
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    wait_until("the upstream child to start", Duration::from_secs(30), || {
-        !recorded_pids(&pids).is_empty()
-    });
+    wait_until(
+        "the upstream child to start",
+        Duration::from_secs(30),
+        || !recorded_pids(&pids).is_empty(),
+    );
     // Say hello properly, then hang up.
     let mut stdin = gateway.child.stdin.take().expect("stdin");
     let _ = stdin.write_all(b"");
     drop(stdin);
-    wait_until("mcpgw to exit after stdin closed", Duration::from_secs(20), || {
-        matches!(gateway.child.try_wait(), Ok(Some(_)))
-    });
+    wait_until(
+        "mcpgw to exit after stdin closed",
+        Duration::from_secs(20),
+        || matches!(gateway.child.try_wait(), Ok(Some(_))),
+    );
     for pid in recorded_pids(&pids) {
-        wait_until("children to be gone", Duration::from_secs(5), || !alive(pid));
+        wait_until("children to be gone", Duration::from_secs(5), || {
+            !alive(pid)
+        });
     }
 }

@@ -20,7 +20,8 @@ pub fn peers() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".peers"));
     assert!(
-        dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js").exists(),
+        dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+            .exists(),
         "real MCP peers are missing in {}: run scripts/setup-test-env.sh",
         dir.display()
     );
@@ -81,7 +82,10 @@ pub fn alive(pid: u32) -> bool {
 }
 
 pub fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 /// A child process (and its process group) that is killed when the guard is dropped.
@@ -152,9 +156,11 @@ pub fn everything_network(mode: &str) -> (Proc, u16) {
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    wait_until(&format!("server-everything {mode} on {port}"), Duration::from_secs(20), || {
-        port_open(port)
-    });
+    wait_until(
+        &format!("server-everything {mode} on {port}"),
+        Duration::from_secs(20),
+        || port_open(port),
+    );
     (proc, port)
 }
 
@@ -236,16 +242,27 @@ impl Gateway {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// POSTs a raw body to /mcp as a 2026-07-28 stateless client would.
-    pub fn post_raw(&self, body: impl Into<reqwest::blocking::Body>) -> (u16, String) {
-        let response = reqwest::blocking::Client::new()
+    /// POSTs a raw body to /mcp as a 2026-07-28 stateless client would, with the `Mcp-Method`
+    /// and `Mcp-Name` headers that revision requires when the body is a readable request.
+    pub fn post_raw(&self, body: impl Into<String>) -> (u16, String) {
+        let body: String = body.into();
+        let mut request = reqwest::blocking::Client::new()
             .post(self.url())
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .body(body)
-            .send()
-            .expect("gateway reachable");
+            .header("mcp-protocol-version", "2026-07-28");
+        // Only small bodies are inspected; the oversized one must reach the server as is.
+        if body.len() < 64 * 1024
+            && let Ok(message) = serde_json::from_str::<Value>(&body)
+        {
+            if let Some(method) = message["method"].as_str() {
+                request = request.header("mcp-method", method);
+            }
+            if let Some(name) = message["params"]["name"].as_str() {
+                request = request.header("mcp-name", name);
+            }
+        }
+        let response = request.body(body).send().expect("gateway reachable");
         let status = response.status().as_u16();
         (status, response.text().unwrap_or_default())
     }
@@ -269,7 +286,8 @@ pub fn py_client(target: &[&str], era: &str, script: Value) -> Value {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("client printed non-JSON ({e}): {stdout}"))
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("client printed non-JSON ({e}): {stdout}"))
 }
 
 /// All text of a tool result's content blocks, joined.

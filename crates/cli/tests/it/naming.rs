@@ -11,7 +11,10 @@ fn odd_names_server(name: &str) -> String {
     format!(
         "[[servers]]\nname = \"{name}\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}] }}\n",
         venv_bin("python"),
-        repo_root().join("tests/fixtures/odd_names_server.py").display().to_string()
+        repo_root()
+            .join("tests/fixtures/odd_names_server.py")
+            .display()
+            .to_string()
     )
 }
 
@@ -23,7 +26,11 @@ fn names(config: &str) -> BTreeMap<(String, String), String> {
         .arg(&config.path)
         .output()
         .expect("mcpgw tools runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let rows: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
     rows.iter()
         .map(|r| {
@@ -40,7 +47,11 @@ fn names(config: &str) -> BTreeMap<(String, String), String> {
 
 #[test]
 fn qualified_names_are_unique_bounded_and_stable() {
-    let two = format!("{}\n{}", everything_stdio_server("alpha"), odd_names_server("odd"));
+    let two = format!(
+        "{}\n{}",
+        everything_stdio_server("alpha"),
+        odd_names_server("odd")
+    );
     let first = names(&two);
     let restarted = names(&two);
     assert_eq!(first, restarted, "identical after a restart");
@@ -48,7 +59,11 @@ fn qualified_names_are_unique_bounded_and_stable() {
     let three = format!("{two}\n{}", everything_stdio_server("beta"));
     let grown = names(&three);
     for (key, name) in &first {
-        assert_eq!(grown.get(key), Some(name), "unchanged after adding a server: {key:?}");
+        assert_eq!(
+            grown.get(key),
+            Some(name),
+            "unchanged after adding a server: {key:?}"
+        );
     }
 
     // Same upstream tool name on two servers: two distinct names.
@@ -62,7 +77,8 @@ fn qualified_names_are_unique_bounded_and_stable() {
     for name in &all {
         assert!(name.len() <= 64, "{name} is longer than 64");
         assert!(
-            name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)),
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)),
             "{name} has characters outside [A-Za-z0-9_.-]"
         );
     }
