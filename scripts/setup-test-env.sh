@@ -92,14 +92,14 @@ else
      || ! "$NODE22_BIN/node" --version >/dev/null 2>&1; then
     log "npm: installing $NODE22_PKG@$NODE22_VERSION ..."
     write_package_json "$NODE22_PKG@$NODE22_VERSION"
-    (cd "$PEERS" && npm install "${NPM_FLAGS[@]}")
+    (cd "$PEERS" && npm install "${NPM_FLAGS[@]}" >&2)
   fi
   [[ "$("$NODE22_BIN/node" --version)" == "v$NODE22_VERSION" ]] \
     || die "Node $NODE22_VERSION did not install correctly under $NODE22_BIN"
   # Phase 2: everything, with Node 22 first on PATH.
   log "npm: installing ${NPM_PEERS[*]} ..."
   write_package_json "$NODE22_PKG@$NODE22_VERSION" "${NPM_PEERS[@]}"
-  (cd "$PEERS" && PATH="$NODE22_BIN:$PATH" npm install "${NPM_FLAGS[@]}")
+  (cd "$PEERS" && PATH="$NODE22_BIN:$PATH" npm install "${NPM_FLAGS[@]}" >&2)
   npm_peers_ok || die "npm peers missing or at the wrong version after install"
   log "npm peers: installed"
 fi
@@ -130,7 +130,7 @@ else
     "$PYTHON" -m venv "$VENV"
   fi
   log "python: installing $PY_WANT ..."
-  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_PEERS[@]}"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q "${PY_PEERS[@]}" >&2
   printf '%s\n' "$PY_WANT" >"$PY_STAMP"
   py_ok || die "python venv check failed after install"
   log "python venv: installed"

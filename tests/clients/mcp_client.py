@@ -130,6 +130,12 @@ def load_script(arg: str) -> list[dict[str, Any]]:
     for step in script:
         if step["op"] not in OPS:
             raise UsageError(f"unknown op {step['op']!r}; known: {sorted(OPS)}")
+        field = REQUIRED_STRING.get(step["op"])
+        if field is not None and not isinstance(step.get(field), str):
+            raise UsageError(f"op {step['op']!r} needs a string {field!r}: {json.dumps(step)}")
+        args = step.get("arguments")
+        if args is not None and not isinstance(args, dict):
+            raise UsageError(f'"arguments" must be an object: {json.dumps(step)}')
     return script
 
 
@@ -167,8 +173,6 @@ async def op_list_tools(client: Client, step: dict[str, Any]) -> Any:
 
 
 async def op_call_tool(client: Client, step: dict[str, Any]) -> Any:
-    if not isinstance(step.get("name"), str):
-        raise UsageError('call_tool needs "name"')
     result = await client.call_tool(step["name"], step.get("arguments") or {})
     return {
         "content": dump(list(result.content)),
@@ -214,6 +218,8 @@ async def op_sleep(client: Client, step: dict[str, Any]) -> Any:
     await anyio.sleep(float(step.get("seconds", 0)))
     return {}
 
+
+REQUIRED_STRING = {"call_tool": "name", "read_resource": "uri", "get_prompt": "name"}
 
 OPS = {
     "list_tools": op_list_tools,
@@ -322,8 +328,6 @@ async def run(opts: dict[str, Any]) -> dict[str, Any]:
         for i, step in enumerate(opts["script"]):
             try:
                 steps.append(await OPS[step["op"]](client, step))
-            except UsageError:
-                raise
             except Exception as e:  # MCP errors and client-side rejections are data
                 if is_connection_lost(e):
                     sys.stderr.write(f"partial output: {json.dumps(out)}\n")

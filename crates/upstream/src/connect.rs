@@ -123,8 +123,10 @@ async fn connect_with(
                 .filter_map(|(k, v)| Some((k?, v)))
                 .collect();
             transport_config.max_json_response_size = MAX_RESPONSE_BYTES;
-            let transport =
-                StreamableHttpClientTransport::with_client(http_client(), transport_config);
+            let transport = StreamableHttpClientTransport::with_client(
+                crate::http::SessionAwareClient::new(http_client()),
+                transport_config,
+            );
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
         config::Transport::Sse(http_config) => {

@@ -16,6 +16,7 @@
 
 mod connect;
 mod error;
+mod http;
 mod server;
 pub mod sse;
 mod stdio;

@@ -82,9 +82,14 @@ pub fn alive(pid: u32) -> bool {
 }
 
 pub fn signal(pid: u32, sig: &str) {
+    signal_target(&pid.to_string(), sig);
+}
+
+/// `kill -s SIG -- TARGET`. The `--` matters: procps `kill -KILL -12345` misreads the negative
+/// group id and can end up signalling pid -1, i.e. every process on the machine.
+fn signal_target(target: &str, sig: &str) {
     let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
+        .args(["-s", sig, "--", target])
         .status();
 }
 
@@ -135,10 +140,7 @@ impl Drop for Proc {
         if let Ok(None) = self.child.try_wait() {
             // Kill the whole group: servers started through npx/wrappers have grandchildren.
             signal(self.pid(), "KILL");
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(format!("-{}", self.pid()))
-                .status();
+            signal_target(&format!("-{}", self.pid()), "KILL");
             let _ = self.child.wait();
         }
     }

@@ -5,3 +5,4 @@ mod clients;
 mod faults;
 mod harness;
 mod naming;
+mod upstreams;
