@@ -15,7 +15,11 @@ mod meta;
 mod result;
 mod serve;
 
-use std::sync::{Arc, RwLock};
+use std::{
+    collections::HashMap,
+    sync::{Arc, RwLock},
+    time::{Duration, Instant},
+};
 
 use catalog::{Catalog, ServerTools};
 pub use front::Front;
@@ -46,9 +50,10 @@ impl Gateway {
 
     /// Connects every server concurrently and builds the first catalog. Returns when each server
     /// is ready or failed; `on_settled` reports each as it settles.
-    pub async fn start(&self, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
+    pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
         self.upstreams.connect_all(on_settled).await;
         self.rebuild_catalog();
+        tokio::spawn(retry_failed(Arc::downgrade(self)));
     }
 
     pub fn config(&self) -> &config::Config {
@@ -96,6 +101,48 @@ impl Gateway {
     /// Ends every upstream session and child process.
     pub async fn shutdown(&self) {
         self.upstreams.shutdown().await;
+    }
+}
+
+/// First and longest wait between reconnect attempts for a server that is down.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// Reconnects servers that are down, with exponential backoff per server, so a server that was
+/// unreachable at startup joins the catalog once it comes up. (A server whose session dropped
+/// while idle is reconnected by the next call to it; this loop is for the ones nobody can call
+/// because their tools were never listed.)
+async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
+    let mut next_try: HashMap<String, (Instant, Duration)> = HashMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        for server in gateway.upstreams.servers() {
+            let failed = matches!(server.status().state, upstream::ServerState::Failed { .. });
+            if !failed {
+                next_try.remove(server.name());
+                continue;
+            }
+            let (due, wait) = *next_try
+                .entry(server.name().to_owned())
+                .or_insert((now + RETRY_FIRST, RETRY_FIRST));
+            if now < due {
+                continue;
+            }
+            let wait = (wait * 2).min(RETRY_MAX);
+            next_try.insert(server.name().to_owned(), (now + wait, wait));
+            let server = server.clone();
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                if server.refresh_tools().await.is_ok() {
+                    tracing::info!(server = server.name(), "server is back");
+                    gateway.rebuild_catalog();
+                }
+            });
+        }
     }
 }
 

@@ -221,3 +221,64 @@ fn inspector_cli_lists_and_calls_tools_through_mcpgw() {
     let text = called.to_string();
     assert!(text.contains("42"), "{text}");
 }
+
+#[test]
+fn passthrough_mode_lists_every_tool_under_its_qualified_name() {
+    let config = write_config(&format!(
+        "[gateway]\nexposure = \"passthrough\"\n\n{}\n{}",
+        everything_stdio_server("everything"),
+        time_stdio_server("time")
+    ));
+    let path = config.path.display().to_string();
+    let report = py_client(
+        &[
+            "--stdio",
+            mcpgw(),
+            "serve",
+            "--stdio",
+            "--config",
+            &path,
+            "--",
+        ],
+        "legacy",
+        json!([
+            {"op": "list_tools"},
+            {"op": "call_tool", "name": "everything__echo", "arguments": {"message": "direct"}},
+            {"op": "call_tool", "name": "time__get_current_time", "arguments": {"timezone": "Asia/Tokyo"}},
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "echo"}},
+        ]),
+    );
+    let steps = report["steps"].as_array().expect("steps");
+    let names: Vec<&str> = steps[0]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"everything__echo"), "{names:?}");
+    assert!(names.contains(&"time__get_current_time"), "{names:?}");
+    assert!(
+        !names.contains(&"search_tools"),
+        "no meta-tools in passthrough: {names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("everything__") || n.starts_with("time__"))
+    );
+    assert!(
+        result_text(&steps[1]).contains("Echo: direct"),
+        "{}",
+        steps[1]
+    );
+    assert_eq!(
+        steps[2]["structuredContent"]["timezone"], "Asia/Tokyo",
+        "{}",
+        steps[2]
+    );
+    assert!(
+        steps[3]["error"].is_object(),
+        "meta-tools are not callable in passthrough: {}",
+        steps[3]
+    );
+}

@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
 mod bad_input;
+mod cli;
 mod clients;
 mod faults;
 mod harness;

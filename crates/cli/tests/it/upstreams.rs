@@ -118,3 +118,44 @@ fn restarted_http_upstream_is_reinitialised_after_its_session_expires() {
         gateway.log_text()
     );
 }
+
+#[test]
+fn server_down_at_startup_joins_the_catalog_when_it_comes_up() {
+    let port = free_port();
+    let config = write_config(&format!(
+        "[[servers]]\nname = \"late\"\ntimeout_s = 2\ntransport = {{ type = \"http\", url = \"http://127.0.0.1:{port}/mcp\" }}\n\n{}",
+        time_stdio_server("time")
+    ));
+    let gateway = Gateway::start(config);
+    let late = |health: &Value| {
+        health["servers"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == "late").cloned())
+            .unwrap_or_default()
+    };
+    assert_eq!(late(&gateway.health().expect("health"))["state"], "failed");
+
+    let _upstream = Proc::spawn(
+        "server-everything streamableHttp",
+        Command::new("node")
+            .arg(everything_js())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_until("the late server to join", Duration::from_secs(45), || {
+        gateway
+            .health()
+            .is_some_and(|h| late(&h)["state"] == "ready" && h["tools"].as_u64() > Some(2))
+    });
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([{"op": "call_tool", "name": "search_tools", "arguments": {"query": "echo", "servers": ["late"]}}]),
+    );
+    assert_eq!(
+        report["steps"][0]["structuredContent"]["results"][0]["name"], "late__echo",
+        "{report}"
+    );
+}
