@@ -86,8 +86,9 @@ npm_peers_ok() {
 if npm_peers_ok; then
   log "npm peers: up to date (node $NODE22_VERSION, ${#NPM_PEERS[@]} packages)"
 else
-  # Phase 1: Node 22 alone, so that phase 2 (the inspector's postinstall script
-  # needs Node >= 22.19) runs npm under Node 22.
+  # Phase 1: Node 22 alone, so that phase 2 runs npm and every lifecycle script
+  # under Node 22 (the inspector declares engines node >= 22.19; its postinstall
+  # is a no-op when it is installed as a dependency, as here).
   if [[ "$(npm_installed_version "$NODE22_PKG")" != "$NODE22_VERSION" ]] \
      || ! "$NODE22_BIN/node" --version >/dev/null 2>&1; then
     log "npm: installing $NODE22_PKG@$NODE22_VERSION ..."
