@@ -56,8 +56,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 stage "cargo nextest run --workspace --no-fail-fast"
 NEXTEST_LOG="$(mktemp)"
-# --no-tests=warn: an empty workspace (early scaffolding) is not a failure.
-cargo nextest run --workspace --no-fail-fast --no-tests=warn 2>&1 | tee "$NEXTEST_LOG"
+cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$NEXTEST_LOG"
 NEXTEST_SUMMARY="$(grep -E '^[[:space:]]*Summary \[' "$NEXTEST_LOG" | tail -n 1 || true)"
 
 stage "cargo test --workspace --doc"
