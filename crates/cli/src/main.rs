@@ -126,9 +126,10 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // rmcp logs whole handshake payloads at info; keep them for `--log rmcp=debug`.
     let default_level = match cli.command {
-        Command::Serve { .. } => "info",
-        _ => "warn",
+        Command::Serve { .. } => "info,rmcp=warn",
+        _ => "warn,rmcp=error",
     };
     init_logging(cli.log.as_deref(), default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

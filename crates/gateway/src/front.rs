@@ -137,13 +137,10 @@ fn unreachable_meta(name: &str) -> Result<CallToolResult, McpError> {
 
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        )
-        .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
+        // `listChanged` is not advertised yet: relaying catalog changes to connected clients
+        // arrives with the change-notification work. In search mode the list never changes.
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
         if self.exposure() == config::Exposure::Search {
             info = info.with_instructions(
                 "mcpgw fronts several MCP servers. Use search_tools to find a tool, \

@@ -171,3 +171,44 @@ fn stdio_gateway_stops_its_children_when_the_client_goes_away() {
         });
     }
 }
+
+#[test]
+fn call_that_kills_its_upstream_is_reported_not_repeated() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let marker = scratch.path().join("calls");
+    let config = write_config(&format!(
+        "[[servers]]\nname = \"faulty\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}] }}\n",
+        venv_bin("python"),
+        repo_root()
+            .join("tests/fixtures/faulty_server.py")
+            .display()
+            .to_string()
+    ));
+    let gateway = Gateway::start(config);
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([
+            {"op": "call_tool", "name": "call_tool",
+             "arguments": {"name": "faulty__crash", "arguments": {"marker": marker.display().to_string()}}},
+            {"op": "call_tool", "name": "call_tool",
+             "arguments": {"name": "faulty__echo", "arguments": {"message": "back again"}}},
+        ]),
+    );
+    let crashed = &report["steps"][0];
+    assert_eq!(crashed["isError"], true, "{crashed}");
+    assert!(
+        result_text(crashed).contains("connection to 'faulty' was lost"),
+        "{crashed}"
+    );
+    let calls = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert_eq!(
+        calls.lines().count(),
+        1,
+        "the crashing call ran exactly once"
+    );
+    assert!(
+        result_text(&report["steps"][1]).contains("back again"),
+        "{report}"
+    );
+}
