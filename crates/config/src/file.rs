@@ -19,6 +19,8 @@ pub(crate) struct ConfigFile {
     pub servers: Vec<ServerFile>,
     #[serde(default)]
     pub retrieval: RetrievalFile,
+    #[serde(default)]
+    pub store: StoreFile,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -33,6 +35,46 @@ pub(crate) struct GatewayFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RetrievalFile {
     pub strategy: Option<Strategy>,
+    /// Signed so that `-1` is a located range problem, not a type error.
+    pub balance: Option<i64>,
+    pub min_similarity: Option<f64>,
+    pub embedder: Option<EmbedderFile>,
+}
+
+/// `[retrieval.embedder]`: which model turns text into vectors.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum EmbedderFile {
+    /// No embedder: BM25 only.
+    None {},
+    Local(LocalEmbedderFile),
+    Remote(RemoteEmbedderFile),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LocalEmbedderFile {
+    pub model: Option<String>,
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RemoteEmbedderFile {
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub batch_size: Option<i64>,
+    pub timeout_s: Option<i64>,
+    pub retries: Option<i64>,
+    pub dimensions: Option<i64>,
+}
+
+/// `[store]`: the embedded database.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StoreFile {
+    pub path: Option<String>,
 }
 
 /// Required fields are `Option`s here: a missing one is a problem to collect, not a parse
@@ -160,7 +202,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![
-                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`"
+                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`"
             ],
         );
     }

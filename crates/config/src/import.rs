@@ -12,7 +12,8 @@ use std::path::Path;
 
 use self::json::Json;
 use crate::file::{
-    GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, TransportFile, ValueFile,
+    GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
+    ValueFile,
 };
 use crate::server::{MAX_SERVER_NAME_LEN, name_problem};
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
@@ -117,7 +118,7 @@ fn finish(
     let resolved = validate::resolve(
         GatewayFile::default(),
         servers,
-        RetrievalFile::default(),
+        (RetrievalFile::default(), StoreFile::default()),
         source,
         inline_secrets,
     );

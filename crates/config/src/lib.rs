@@ -46,6 +46,7 @@ pub struct Config {
     /// In file order.
     pub servers: Vec<ServerConfig>,
     pub retrieval: RetrievalConfig,
+    pub store: StoreConfig,
     /// The file this was read from; relative `cwd`s were resolved against its directory.
     pub source: PathBuf,
 }
@@ -88,18 +89,79 @@ pub enum Exposure {
     Passthrough,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// `[retrieval]`: how `search_tools` ranks.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RetrievalConfig {
     pub strategy: Strategy,
+    /// Hybrid weighting, 0 (lexical only) to 100 (semantic only).
+    pub balance: u8,
+    /// Vector hits below this cosine similarity are dropped (BM25 hits never are).
+    pub min_similarity: Option<f32>,
+    pub embedder: EmbedderConfig,
 }
 
-/// The ranking behind `search_tools`. Further strategies are new variants; the serde name
-/// is the lower-cased variant name.
+impl Default for RetrievalConfig {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::default(),
+            balance: 50,
+            min_similarity: None,
+            embedder: EmbedderConfig::Local {
+                model: DEFAULT_LOCAL_MODEL.to_owned(),
+                path: None,
+            },
+        }
+    }
+}
+
+/// The local model used when the config names none.
+pub const DEFAULT_LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+
+/// The ranking behind `search_tools`; the serde name is the lower-cased variant name.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
+    /// Lexical, field-weighted.
     #[default]
     Bm25,
+    /// Cosine similarity of embeddings.
+    Vector,
+    /// Weighted reciprocal rank fusion of the two.
+    Hybrid,
+}
+
+/// `[retrieval.embedder]`: where vectors come from. Model names are checked when the model is
+/// loaded (the embed crate knows them), not here.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmbedderConfig {
+    /// BM25 only.
+    None,
+    /// A model run in process; `path` overrides where its files are looked for.
+    Local {
+        model: String,
+        path: Option<PathBuf>,
+    },
+    Remote(RemoteEmbedderConfig),
+}
+
+/// An OpenAI-compatible `/embeddings` endpoint. The key is named by `api_key_env`, never
+/// written in the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteEmbedderConfig {
+    pub base_url: url::Url,
+    pub model: String,
+    pub api_key_env: Option<String>,
+    pub batch_size: usize,
+    pub timeout: std::time::Duration,
+    pub retries: u32,
+    pub dimensions: Option<usize>,
+}
+
+/// `[store]`: the embedded SQLite database (embedding cache today; tokens, approvals and
+/// audit later). `None` means the default location in the user data directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub path: Option<PathBuf>,
 }
 
 /// Read and validate a config file.

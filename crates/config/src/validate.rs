@@ -8,14 +8,15 @@ use std::time::Duration;
 use url::Url;
 
 use crate::file::{
-    ConfigFile, GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, TransportFile,
-    ValueFile,
+    ConfigFile, EmbedderFile, GatewayFile, HttpFile, RemoteEmbedderFile, RetrievalFile, ServerFile,
+    StdioFile, StoreFile, TransportFile, ValueFile,
 };
 use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
-    Config, ConfigError, GatewayConfig, HttpTransport, Problem, RetrievalConfig, ServerConfig,
-    ServerName, StdioTransport, Transport, Value,
+    Config, ConfigError, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HttpTransport,
+    Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig, ServerName, StdioTransport,
+    StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -54,7 +55,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
     resolve(
         file.gateway,
         servers,
-        file.retrieval,
+        (file.retrieval, file.store),
         source,
         InlineSecrets::Reject,
     )
@@ -63,7 +64,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
 pub(crate) fn resolve(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
-    retrieval: RetrievalFile,
+    (retrieval, store): (RetrievalFile, StoreFile),
     source: &Path,
     inline_secrets: InlineSecrets,
 ) -> Result<Config, ConfigError> {
@@ -96,9 +97,8 @@ pub(crate) fn resolve(
         }
         resolved.extend(v.server(located));
     }
-    let retrieval = RetrievalConfig {
-        strategy: retrieval.strategy.unwrap_or_default(),
-    };
+    let retrieval = v.retrieval(retrieval);
+    let store = v.store(store);
 
     if !v.problems.is_empty() {
         return Err(ConfigError::Invalid(v.problems));
@@ -107,6 +107,7 @@ pub(crate) fn resolve(
         gateway,
         servers: resolved,
         retrieval,
+        store,
         source: source.to_owned(),
     })
 }
@@ -118,6 +119,172 @@ struct Validator {
 }
 
 impl Validator {
+    fn retrieval(&mut self, file: RetrievalFile) -> RetrievalConfig {
+        let default = RetrievalConfig::default();
+        let balance = match file.balance {
+            None => default.balance,
+            Some(n) if (0..=100).contains(&n) => n as u8,
+            Some(n) => {
+                self.problems.push(
+                    Problem::new(
+                        "retrieval.balance",
+                        format!("balance must be 0 to 100, got {n}"),
+                    )
+                    .hint("0 is lexical (BM25) only, 100 semantic only, 50 an even blend"),
+                );
+                default.balance
+            }
+        };
+        let min_similarity = match file.min_similarity {
+            None => None,
+            Some(x) if (-1.0..=1.0).contains(&x) => Some(x as f32),
+            Some(x) => {
+                self.problems.push(
+                    Problem::new(
+                        "retrieval.min_similarity",
+                        format!("min_similarity is a cosine similarity from -1 to 1, got {x}"),
+                    )
+                    .hint("leave it out to keep every vector hit"),
+                );
+                None
+            }
+        };
+        let embedder = match file.embedder {
+            None => default.embedder,
+            Some(EmbedderFile::None {}) => EmbedderConfig::None,
+            Some(EmbedderFile::Local(local)) => EmbedderConfig::Local {
+                model: match local.model {
+                    Some(model) if !model.trim().is_empty() => model,
+                    Some(_) => {
+                        self.problems.push(
+                            Problem::new("retrieval.embedder.model", "model name is empty")
+                                .hint("leave it out for all-MiniLM-L6-v2"),
+                        );
+                        DEFAULT_LOCAL_MODEL.to_owned()
+                    }
+                    None => DEFAULT_LOCAL_MODEL.to_owned(),
+                },
+                path: local.path.map(|p| self.base_dir.join(p)),
+            },
+            Some(EmbedderFile::Remote(remote)) => self.remote_embedder(remote),
+        };
+        RetrievalConfig {
+            strategy: file.strategy.unwrap_or(default.strategy),
+            balance,
+            min_similarity,
+            embedder,
+        }
+    }
+
+    fn remote_embedder(&mut self, file: RemoteEmbedderFile) -> EmbedderConfig {
+        const PATH: &str = "retrieval.embedder";
+        let base_url = match file.base_url {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{PATH}.base_url"), "missing base_url")
+                        .hint("the API root, such as \"https://api.openai.com/v1\""),
+                );
+                None
+            }
+            Some(text) => match Url::parse(&text) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => Some(url),
+                Ok(url) => {
+                    self.problems.push(
+                        Problem::new(
+                            format!("{PATH}.base_url"),
+                            format!("url scheme `{}` is not supported", url.scheme()),
+                        )
+                        .hint("use an http:// or https:// url"),
+                    );
+                    None
+                }
+                Err(e) => {
+                    self.problems.push(
+                        Problem::new(format!("{PATH}.base_url"), format!("invalid url: {e}"))
+                            .hint("write an absolute url such as \"https://api.openai.com/v1\""),
+                    );
+                    None
+                }
+            },
+        };
+        let model = match file.model {
+            Some(model) if !model.trim().is_empty() => Some(model),
+            _ => {
+                self.problems
+                    .push(Problem::new(format!("{PATH}.model"), "missing model").hint(
+                        "the model name the endpoint expects, such as \"text-embedding-3-small\"",
+                    ));
+                None
+            }
+        };
+        if let Some(var) = &file.api_key_env
+            && (var.is_empty() || var.contains('=') || var.contains('\0'))
+        {
+            self.problems.push(
+                Problem::new(
+                    format!("{PATH}.api_key_env"),
+                    "not a valid environment variable name",
+                )
+                .hint("name the variable that holds the key, such as \"OPENAI_API_KEY\""),
+            );
+        }
+        let mut ranged = |field: &str,
+                          value: Option<i64>,
+                          range: std::ops::RangeInclusive<i64>,
+                          default: i64|
+         -> i64 {
+            match value {
+                None => default,
+                Some(n) if range.contains(&n) => n,
+                Some(n) => {
+                    self.problems.push(Problem::new(
+                        format!("{PATH}.{field}"),
+                        format!(
+                            "{field} must be {} to {}, got {n}",
+                            range.start(),
+                            range.end()
+                        ),
+                    ));
+                    default
+                }
+            }
+        };
+        let batch_size = ranged("batch_size", file.batch_size, 1..=2048, 64) as usize;
+        let timeout = Duration::from_secs(ranged("timeout_s", file.timeout_s, 1..=300, 30) as u64);
+        let retries = ranged("retries", file.retries, 0..=10, 3) as u32;
+        let dimensions = file
+            .dimensions
+            .map(|d| ranged("dimensions", Some(d), 1..=65536, 1) as usize);
+        match (base_url, model) {
+            (Some(base_url), Some(model)) => EmbedderConfig::Remote(RemoteEmbedderConfig {
+                base_url,
+                model,
+                api_key_env: file.api_key_env,
+                batch_size,
+                timeout,
+                retries,
+                dimensions,
+            }),
+            _ => EmbedderConfig::None,
+        }
+    }
+
+    fn store(&mut self, file: StoreFile) -> StoreConfig {
+        match file.path {
+            Some(path) if !path.trim().is_empty() => StoreConfig {
+                path: Some(self.base_dir.join(path)),
+            },
+            Some(_) => {
+                self.problems.push(
+                    Problem::new("store.path", "path is empty")
+                        .hint("leave it out for the default in the user data directory"),
+                );
+                StoreConfig::default()
+            }
+            None => StoreConfig::default(),
+        }
+    }
+
     fn gateway(&mut self, file: GatewayFile) -> GatewayConfig {
         let default = GatewayConfig::default();
         let listen = match file.listen {
@@ -543,6 +710,53 @@ strategy = "bm25"
                   sse http://127.0.0.1:3003/sse headers[Authorization="Bearer "+$LEGACY_TOKEN]
             "#]],
         );
+    }
+
+    fn retrieval_summary(text: &str) -> String {
+        match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
+            Ok(config) => format!(
+                "{:?} balance={} min_similarity={:?} embedder={:?} store={:?}",
+                config.retrieval.strategy,
+                config.retrieval.balance,
+                config.retrieval.min_similarity,
+                config.retrieval.embedder,
+                config.store.path
+            ),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn retrieval_and_store_settings_resolve_with_defaults() {
+        expect![[r#"Bm25 balance=50 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
+            .assert_eq(&retrieval_summary(""));
+        expect![[r#"Hybrid balance=70 min_similarity=Some(0.25) embedder=Local { model: "e5", path: Some("/etc/mcpgw/models/e5") } store=Some("/etc/mcpgw/state/mcpgw.db")"#]]
+            .assert_eq(&retrieval_summary(
+                "[retrieval]\nstrategy = \"hybrid\"\nbalance = 70\nmin_similarity = 0.25\n[retrieval.embedder]\ntype = \"local\"\nmodel = \"e5\"\npath = \"models/e5\"\n[store]\npath = \"state/mcpgw.db\"\n",
+            ));
+        expect![[r#"Vector balance=50 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
+            .assert_eq(&retrieval_summary(
+                "[retrieval]\nstrategy = \"vector\"\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"text-embedding-3-small\"\napi_key_env = \"OPENAI_API_KEY\"\nbatch_size = 16\n",
+            ));
+        expect![[r#"Bm25 balance=50 min_similarity=None embedder=None store=None"#]].assert_eq(
+            &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
+        );
+    }
+
+    #[test]
+    fn retrieval_problems_are_all_reported() {
+        expect![[r#"
+            invalid configuration (5 problems):
+              retrieval.balance: balance must be 0 to 100, got 101 (hint: 0 is lexical (BM25) only, 100 semantic only, 50 an even blend)
+              retrieval.min_similarity: min_similarity is a cosine similarity from -1 to 1, got 2 (hint: leave it out to keep every vector hit)
+              retrieval.embedder.base_url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
+              retrieval.embedder.model: missing model (hint: the model name the endpoint expects, such as "text-embedding-3-small")
+              retrieval.embedder.batch_size: batch_size must be 1 to 2048, got 0"#]]
+        .assert_eq(&retrieval_summary(
+            "[retrieval]\nbalance = 101\nmin_similarity = 2.0\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"ftp://x\"\nbatch_size = 0\n",
+        ));
+        let unknown = retrieval_summary("[retrieval.embedder]\ntype = \"local\"\nmodle = \"x\"\n");
+        assert!(unknown.contains("unknown field `modle`"), "{unknown}");
     }
 
     #[test]
