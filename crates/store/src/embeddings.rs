@@ -1,0 +1,183 @@
+//! The embedding cache: vectors keyed by (model id, SHA-256 of the text).
+
+use std::collections::HashMap;
+
+use sha2::{Digest, Sha256};
+use sqlx::Row;
+
+use crate::{Store, StoreError};
+
+/// SHA-256 of a text, the cache key beside the model id.
+pub type TextHash = [u8; 32];
+
+pub fn text_hash(text: &str) -> TextHash {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// SQLite allows 32,766 bound parameters; stay well below it per statement.
+const CHUNK: usize = 500;
+
+impl Store {
+    /// The cached vectors of `model` for these texts; a text with no (valid) entry is absent
+    /// from the map.
+    pub async fn cached_embeddings(
+        &self,
+        model: &str,
+        hashes: &[TextHash],
+    ) -> Result<HashMap<TextHash, Vec<f32>>, StoreError> {
+        let mut found = HashMap::with_capacity(hashes.len());
+        for chunk in hashes.chunks(CHUNK) {
+            let placeholders = vec!["?"; chunk.len()].join(",");
+            let sql = format!(
+                "SELECT text_hash, dim, vector FROM embeddings WHERE model = ? AND text_hash IN ({placeholders})"
+            );
+            // Only `?` placeholders are formatted in; every value is bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(model);
+            for hash in chunk {
+                query = query.bind(hash.as_slice());
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                let hash: Vec<u8> = row.try_get("text_hash")?;
+                let dim: i64 = row.try_get("dim")?;
+                let blob: Vec<u8> = row.try_get("vector")?;
+                match (TextHash::try_from(hash.as_slice()), decode(&blob, dim)) {
+                    (Ok(hash), Some(vector)) => {
+                        found.insert(hash, vector);
+                    }
+                    _ => tracing::warn!(model, "ignoring an undecodable cached embedding"),
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Stores vectors for `model`, replacing any previous entry for the same text.
+    pub async fn put_embeddings(
+        &self,
+        model: &str,
+        entries: &[(TextHash, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for (hash, vector) in entries {
+            sqlx::query(
+                "INSERT OR REPLACE INTO embeddings (model, text_hash, dim, vector) VALUES (?, ?, ?, ?)",
+            )
+            .bind(model)
+            .bind(hash.as_slice())
+            .bind(vector.len() as i64)
+            .bind(encode(vector))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Number of cached vectors for `model` (for status output and tests).
+    pub async fn embedding_count(&self, model: &str) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM embeddings WHERE model = ?")
+            .bind(model)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count.max(0) as u64)
+    }
+}
+
+fn encode(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn decode(blob: &[u8], dim: i64) -> Option<Vec<f32>> {
+    let dim = usize::try_from(dim).ok()?;
+    if dim == 0 || blob.len() != dim * 4 {
+        return None;
+    }
+    let vector: Vec<f32> = blob
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    vector.iter().all(|x| x.is_finite()).then_some(vector)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn embeddings_round_trip_per_model() {
+        let store = Store::open_in_memory().await.expect("store");
+        let a = text_hash("read a file");
+        let b = text_hash("write a file");
+        store
+            .put_embeddings("m1", &[(a, vec![1.0, 0.5]), (b, vec![-1.0, 0.25])])
+            .await
+            .expect("put");
+        store
+            .put_embeddings("m2", &[(a, vec![9.0, 9.0, 9.0])])
+            .await
+            .expect("put");
+        let got = store
+            .cached_embeddings("m1", &[a, b, text_hash("other")])
+            .await
+            .expect("get");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[&a], vec![1.0, 0.5]);
+        assert_eq!(got[&b], vec![-1.0, 0.25]);
+        let other = store.cached_embeddings("m2", &[a, b]).await.expect("get");
+        assert_eq!(other.len(), 1, "models never share vectors");
+        assert_eq!(other[&a], vec![9.0, 9.0, 9.0]);
+        assert_eq!(store.embedding_count("m1").await.expect("count"), 2);
+    }
+
+    #[tokio::test]
+    async fn many_lookups_are_chunked() {
+        let store = Store::open_in_memory().await.expect("store");
+        let entries: Vec<(TextHash, Vec<f32>)> = (0..1_200)
+            .map(|i| (text_hash(&format!("tool {i}")), vec![i as f32, 1.0]))
+            .collect();
+        store.put_embeddings("m", &entries).await.expect("put");
+        let hashes: Vec<TextHash> = entries.iter().map(|(h, _)| *h).collect();
+        let got = store.cached_embeddings("m", &hashes).await.expect("get");
+        assert_eq!(got.len(), 1_200);
+        assert_eq!(got[&hashes[1_199]], vec![1_199.0, 1.0]);
+    }
+
+    #[tokio::test]
+    async fn a_reopened_file_keeps_its_cache() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nested/state/mcpgw.db");
+        let hash = text_hash("persisted");
+        {
+            let store = Store::open(&path).await.expect("open");
+            store
+                .put_embeddings("m", &[(hash, vec![0.5; 4])])
+                .await
+                .expect("put");
+        }
+        let store = Store::open(&path).await.expect("reopen");
+        let got = store.cached_embeddings("m", &[hash]).await.expect("get");
+        assert_eq!(got[&hash], vec![0.5; 4]);
+    }
+
+    #[tokio::test]
+    async fn migrations_run_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mcpgw.db");
+        Store::open(&path).await.expect("first open creates the schema");
+        let store = Store::open(&path).await.expect("second open finds it current");
+        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
+            .fetch_one(&store.pool)
+            .await
+            .expect("version");
+        assert_eq!(version, crate::MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn undecodable_vectors_are_rejected() {
+        assert_eq!(decode(&encode(&[1.0, 2.0]), 2), Some(vec![1.0, 2.0]));
+        assert_eq!(decode(&encode(&[1.0, 2.0]), 3), None, "dimension mismatch");
+        assert_eq!(decode(&[0, 0, 0], 1), None, "truncated");
+        assert_eq!(decode(&encode(&[f32::NAN]), 1), None, "not finite");
+        assert_eq!(decode(&[], 0), None);
+    }
+}
