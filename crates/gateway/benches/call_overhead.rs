@@ -6,11 +6,18 @@
 //!
 //! - `http::direct`: client -> upstream over Streamable HTTP (the baseline);
 //! - `http::via_gateway`: client -> mcpgw -> the same upstream, both legs Streamable HTTP, through
-//!   the meta-tool `call_tool`; its median minus `http::direct`'s is what the gateway adds;
+//!   the meta-tool `call_tool`; its median minus `http::direct`'s is what the gateway adds (but
+//!   see below);
 //! - `search_tools`: client -> mcpgw's `search_tools`, no upstream involved: the gateway's own cost
 //!   of a round trip plus a catalog search;
 //! - `stdio::direct` and `stdio::via_gateway`: the same pair with the upstream on stdio (the
 //!   client still reaches mcpgw over Streamable HTTP).
+//!
+//! Reading the HTTP pair: server-everything's HTTP mode (node, express, an event store) takes
+//! about 2 ms a call and appears to stay busy for about a millisecond after each answer. Calls
+//! sent back to back by `http::direct` wait for that; through the gateway, the client -> mcpgw
+//! leg overlaps it. So over HTTP the difference is a lower bound, noisy at the scale of the
+//! upstream's own jitter; `search_tools` and the stdio pair show the gateway's cost more plainly.
 //!
 //! Everything listens on 127.0.0.1 only. Servers and sessions are set up once, before timing;
 //! every path is checked to answer `Echo: x` before it is measured. Without the peers
@@ -52,19 +59,30 @@ fn main() -> anyhow::Result<()> {
     }
     let fixture = RUNTIME.block_on(Fixture::start(&script))?;
     *fixture_slot() = Some(fixture);
+    let _teardown = Teardown;
     divan::main();
-    let fixture = fixture_slot().take();
-    if let Some(fixture) = fixture {
-        RUNTIME.block_on(fixture.shutdown());
-    }
     Ok(())
 }
 
-/// Enough single-call samples that the median is stable to a few microseconds and the slowest
-/// sample is a real worst call, not an average over a batch.
+/// Ends the fixture however `main` ends, a panicking bench included: it lives in a `static`,
+/// which is never dropped, so without this its server processes would outlive the bench.
+struct Teardown;
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let fixture = fixture_slot().take();
+        if let Some(fixture) = fixture {
+            RUNTIME.block_on(fixture.shutdown());
+        }
+    }
+}
+
+/// One call per sample, so that "slowest" is a real worst call rather than a batch average;
+/// 200 of them give medians that repeat within the upstream's own jitter.
 const SAMPLES: u32 = 200;
 
-/// Untimed calls before each bench.
+/// Untimed calls before each bench: node's JIT and the connection pools settle over the first
+/// calls, and without this whichever bench runs first would pay for it.
 const WARMUP_CALLS: u32 = 300;
 
 const UPSTREAM: &str = "everything";
@@ -114,8 +132,8 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
         .expect("a tokio runtime")
 });
 
-/// Set in `main` before divan runs and taken back after, so that teardown (which needs
-/// ownership: killing children, ending sessions) runs; a `static` alone is never dropped.
+/// Set in `main` before divan runs and taken back by [`Teardown`], which needs ownership to end
+/// sessions and kill children.
 static FIXTURE: Mutex<Option<Fixture>> = Mutex::new(None);
 
 fn fixture_slot() -> MutexGuard<'static, Option<Fixture>> {
@@ -132,8 +150,6 @@ fn bench_call(bencher: Bencher, pick: fn(&Fixture) -> &Client, params: CallToolR
         slot.as_ref()
             .expect("main starts the fixture before divan runs"),
     );
-    // node's JIT and the connection pools settle over the first calls; without this the first
-    // bench to run pays for them and the comparison is skewed.
     for _ in 0..WARMUP_CALLS {
         RUNTIME
             .block_on(client.peer().call_tool(params.clone()))
@@ -226,7 +242,8 @@ impl Fixture {
         ))
         .await?;
         let stdio = Pair {
-            // The framing rmcp's own child-process transport (which mcpgw uses) wraps.
+            // The same line framing as rmcp's `TokioChildProcess`, which mcpgw's stdio upstreams
+            // use, minus its process-group wrapper: the pipes are all that a call touches.
             direct:
                 ().serve((stdout, stdin))
                     .await
@@ -289,7 +306,7 @@ impl Fixture {
     }
 }
 
-/// A gateway built from `config`, serving Streamable HTTP on a free loopback port.
+/// A gateway built from mcpgw.toml text, serving Streamable HTTP on a free loopback port.
 struct InProcessGateway {
     gateway: Arc<gateway::Gateway>,
     stop: CancellationToken,
