@@ -3,6 +3,7 @@
 # failed stage.
 #
 #   1. scripts/setup-test-env.sh   real MCP peers into .peers/ (idempotent)
+#      scripts/fetch-models.sh     embedding models into ~/.cache/mcpgw/models (idempotent)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo nextest run --workspace --no-fail-fast
@@ -45,6 +46,12 @@ if [[ "${MCPGW_SKIP_SETUP:-}" != 1 ]]; then
       printf '    %s\n' "$line"
     fi
   done <<<"$env_out"
+fi
+
+# ---- 1b. embedding models ------------------------------------------------------
+if [[ "${MCPGW_SKIP_SETUP:-}" != 1 ]]; then
+  stage "embedding models (scripts/fetch-models.sh)"
+  bash "$REPO/scripts/fetch-models.sh"
 fi
 
 # ---- 2-6. cargo ---------------------------------------------------------------

@@ -1,0 +1,180 @@
+//! What the two transformer encoders (MiniLM, E5) share: length-sorted padded batches and
+//! sentence-transformers' mean pooling + L2 normalisation.
+//!
+//! Texts are tokenised once without padding, sorted by token count and cut into batches, so
+//! each batch is padded only to its own longest text (the `BatchLongest` strategy) and short
+//! texts never pay for a long neighbour. Vectors come back in input order.
+
+use candle_core::{D, DType, Device, Tensor};
+
+use crate::EmbedError;
+
+/// Token ids of one batch, padded to the batch's longest text.
+pub(crate) struct PaddedBatch {
+    /// `(batch, seq_len)` u32 token ids.
+    pub(crate) ids: Tensor,
+    /// `(batch, seq_len)` u32, 1 for real tokens, 0 for padding.
+    pub(crate) mask: Tensor,
+}
+
+/// Runs `forward` (padded ids → `(batch, seq_len, hidden)` states) over length-sorted batches
+/// and returns one pooled, normalised vector per input, in input order.
+pub(crate) fn embed_sorted_batches(
+    tokens: &[Vec<u32>],
+    batch_size: usize,
+    pad_id: u32,
+    device: &Device,
+    mut forward: impl FnMut(&PaddedBatch) -> candle_core::Result<Tensor>,
+) -> Result<Vec<Vec<f32>>, EmbedError> {
+    let mut out: Vec<Option<Vec<f32>>> = vec![None; tokens.len()];
+    for batch in length_sorted_batches(tokens, batch_size) {
+        let members: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].as_slice()).collect();
+        let vectors = pad(&members, pad_id, device)
+            .and_then(|padded| {
+                let hidden = forward(&padded)?;
+                mean_pool_normalize(&hidden, &padded.mask)
+            })
+            .and_then(|pooled| pooled.to_vec2::<f32>())
+            .map_err(|error| EmbedError::Model(format!("forward pass failed: {error}")))?;
+        for (index, vector) in batch.into_iter().zip(vectors) {
+            out[index] = Some(vector);
+        }
+    }
+    // Every index is in exactly one batch, so every slot is filled.
+    out.into_iter()
+        .map(|vector| vector.ok_or_else(|| EmbedError::Model("a text was not embedded".into())))
+        .collect()
+}
+
+/// Indices of `tokens` grouped into batches of at most `batch_size`, shortest texts first
+/// (ties keep input order, so batching is deterministic).
+pub(crate) fn length_sorted_batches(tokens: &[Vec<u32>], batch_size: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..tokens.len()).collect();
+    order.sort_by_key(|&i| tokens[i].len());
+    order
+        .chunks(batch_size.max(1))
+        .map(<[usize]>::to_vec)
+        .collect()
+}
+
+fn pad(members: &[&[u32]], pad_id: u32, device: &Device) -> candle_core::Result<PaddedBatch> {
+    let seq_len = members.iter().map(|ids| ids.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(members.len() * seq_len);
+    let mut mask = Vec::with_capacity(members.len() * seq_len);
+    for member in members {
+        ids.extend_from_slice(member);
+        ids.resize(ids.len() + seq_len - member.len(), pad_id);
+        mask.extend(std::iter::repeat_n(1u32, member.len()));
+        mask.resize(mask.len() + seq_len - member.len(), 0);
+    }
+    let shape = (members.len(), seq_len);
+    Ok(PaddedBatch {
+        ids: Tensor::from_vec(ids, shape, device)?,
+        mask: Tensor::from_vec(mask, shape, device)?,
+    })
+}
+
+/// sentence-transformers' `Pooling(mean)` then `Normalize`: the mean of the hidden states of
+/// real tokens (`sum / clamp(count, 1e-9)`), divided by `max(‖v‖, 1e-12)` like
+/// `torch.nn.functional.normalize`.
+pub(crate) fn mean_pool_normalize(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let mask = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
+    let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+    let counts = mask.sum(1)?.clamp(1e-9, f32::MAX)?;
+    let mean = summed.broadcast_div(&counts)?;
+    let norms = mean
+        .sqr()?
+        .sum_keepdim(D::Minus1)?
+        .sqrt()?
+        .clamp(1e-12, f32::MAX)?;
+    mean.broadcast_div(&norms)
+}
+
+/// `(1 − mask) · f32::MIN` shaped `(batch, 1, 1, seq_len)`, the additive attention mask
+/// Hugging Face's BERT builds (candle's helper for it is private).
+pub(crate) fn additive_attention_mask(mask: &Tensor) -> candle_core::Result<Tensor> {
+    let mask = mask.to_dtype(DType::F32)?.unsqueeze(1)?.unsqueeze(1)?;
+    (mask.ones_like()? - &mask)?.affine(f64::from(f32::MIN), 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_pool(hidden: &[[[f32; 2]; 3]], mask: &[[u32; 3]], expect: &[[f32; 2]]) {
+        let device = Device::Cpu;
+        let flat: Vec<f32> = hidden.iter().flatten().flatten().copied().collect();
+        let hidden = Tensor::from_vec(flat, (expect.len(), 3, 2), &device).expect("hidden");
+        let flat: Vec<u32> = mask.iter().flatten().copied().collect();
+        let mask = Tensor::from_vec(flat, (expect.len(), 3), &device).expect("mask");
+        let got = mean_pool_normalize(&hidden, &mask)
+            .and_then(|t| t.to_vec2::<f32>())
+            .expect("pool");
+        for (g, e) in got.iter().zip(expect) {
+            for (a, b) in g.iter().zip(e) {
+                assert!((a - b).abs() < 1e-6, "got {got:?}, expected {expect:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn mean_pooling_ignores_padding_and_normalises() {
+        // Two real tokens (3,0) and (0,4) → mean (1.5, 2) → unit (0.6, 0.8); the padded
+        // (100, 100) must not count.
+        check_pool(
+            &[[[3.0, 0.0], [0.0, 4.0], [100.0, 100.0]]],
+            &[[1, 1, 0]],
+            &[[0.6, 0.8]],
+        );
+        // All tokens real; one row per text.
+        check_pool(
+            &[
+                [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]],
+                [[0.0, -2.0], [0.0, -2.0], [5.0, 5.0]],
+            ],
+            &[[1, 1, 1], [1, 1, 0]],
+            &[[1.0, 0.0], [0.0, -1.0]],
+        );
+        // A zero mean stays zero instead of becoming NaN (the 1e-12 clamp).
+        check_pool(
+            &[[[1.0, 1.0], [-1.0, -1.0], [7.0, 7.0]]],
+            &[[1, 1, 0]],
+            &[[0.0, 0.0]],
+        );
+    }
+
+    fn check_batches(lengths: &[usize], batch_size: usize, expect: &[&[usize]]) {
+        let tokens: Vec<Vec<u32>> = lengths.iter().map(|&n| vec![7; n]).collect();
+        assert_eq!(length_sorted_batches(&tokens, batch_size), expect);
+    }
+
+    #[test]
+    fn batches_are_length_sorted_and_stable() {
+        check_batches(&[5, 1, 3, 1, 9], 2, &[&[1, 3], &[2, 0], &[4]]);
+        check_batches(&[2, 2, 2], 32, &[&[0, 1, 2]]);
+        check_batches(&[], 32, &[]);
+    }
+
+    #[test]
+    fn padding_fills_ids_and_mask_to_the_longest_member() {
+        let padded = pad(&[&[5, 6, 7], &[8]], 0, &Device::Cpu).expect("pad");
+        assert_eq!(
+            padded.ids.to_vec2::<u32>().expect("ids"),
+            [[5, 6, 7], [8, 0, 0]]
+        );
+        assert_eq!(
+            padded.mask.to_vec2::<u32>().expect("mask"),
+            [[1, 1, 1], [1, 0, 0]]
+        );
+    }
+
+    #[test]
+    fn additive_mask_is_zero_for_tokens_and_min_for_padding() {
+        let mask = Tensor::new(&[[1u32, 0]], &Device::Cpu).expect("mask");
+        let got = additive_attention_mask(&mask)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .expect("mask");
+        assert_eq!(got, [0.0, f32::MIN]);
+    }
+}
