@@ -40,7 +40,8 @@ pub struct Problem {
     pub message: String,
 }
 
-/// Why part of the upstream data was skipped; the message of a [`Problem`].
+/// Why part of the upstream data was skipped (the message of a [`Problem`]), or why a request
+/// to the catalog could not be carried out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     #[error("tool is not a JSON object")]
@@ -57,6 +58,12 @@ pub enum Error {
     DuplicateTool,
     #[error("server listed more than once; only its first tool list is used")]
     DuplicateServer,
+    #[error("expected one vector per tool ({tools}), got {vectors}")]
+    VectorCount { tools: usize, vectors: usize },
+    #[error("invalid tool vectors: {0}")]
+    Vectors(retrieval::VectorError),
+    #[error("unknown search strategy `{0}`; expected bm25, vector or hybrid")]
+    UnknownStrategy(String),
 }
 
 impl std::fmt::Display for Problem {

@@ -1,15 +1,95 @@
-//! Search over the catalog: the documents we index, filters, and hits.
+//! Search over the catalog: the request every caller sends, the documents we index, filters,
+//! and hits.
 //!
 //! Ranking itself is `retrieval`'s job; this module decides what text of a tool goes in which
 //! field, and which tools a filter lets through. Filters narrow *before* ranking (through the
-//! `keep` closure), so a filtered-out tool never takes a slot in the top k.
+//! `keep` closure), for every strategy, so a filtered-out tool never takes a slot in the top k.
+
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use retrieval::{Document, Field};
+use retrieval::{Document, Field, Hybrid};
 
-use crate::entry::ToolEntry;
+use crate::entry::{Error, ToolEntry};
+
+/// How a search ranks tools (DESIGN.md section 2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Lexical: BM25F over names, descriptions and parameters. Only tools that share a term
+    /// with the query are returned.
+    #[default]
+    Bm25,
+    /// Semantic: cosine similarity of embeddings; every tool is ranked.
+    Vector,
+    /// Reciprocal rank fusion of the two, weighted by [`Hybrid::balance`].
+    Hybrid,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::Bm25, Strategy::Vector, Strategy::Hybrid];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Bm25 => "bm25",
+            Strategy::Vector => "vector",
+            Strategy::Hybrid => "hybrid",
+        }
+    }
+
+    /// Whether the strategy needs tool and query vectors.
+    pub fn needs_vectors(self) -> bool {
+        self != Strategy::Bm25
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| Error::UnknownStrategy(s.to_string()))
+    }
+}
+
+/// One search, as every caller (gateway, CLI, eval) sends it to [`crate::Catalog::search_with`].
+#[derive(Debug, Clone)]
+pub struct SearchRequest<'a> {
+    /// One or more queries. Several are ranked separately and fused by reciprocal rank fusion
+    /// (weight 1 each), so a tool that several phrasings find rises. No query, no hits.
+    pub queries: &'a [String],
+    /// One vector per query, from the same model as the catalog's tool vectors
+    /// ([`crate::Catalog::vector_model`]). Needed by [`Strategy::Vector`] and
+    /// [`Strategy::Hybrid`]; without them the search degrades to BM25.
+    pub query_vectors: Option<&'a [Vec<f32>]>,
+    pub strategy: Strategy,
+    /// Balance and minimum similarity. The minimum similarity also applies to
+    /// [`Strategy::Vector`]; the balance only to [`Strategy::Hybrid`].
+    pub hybrid: Hybrid,
+    pub top_k: usize,
+    pub filter: &'a Filter,
+}
+
+/// The hits of a search, and whether it ran as asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchOutcome<'a> {
+    /// Best first, at most `top_k`, ties by qualified name.
+    pub hits: Vec<SearchHit<'a>>,
+    /// Why the search did not run with the requested strategy, e.g. "no tool vectors;
+    /// served BM25". `None` when it did.
+    pub degraded: Option<String>,
+}
 
 /// Which tools a search may return. `Default` lets everything through; every `Some` narrows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,7 +165,7 @@ fn push_param(fields: &mut Vec<(Field, String)>, name: &str, schema: &Value) {
 }
 
 /// `(name, schema)` of each entry of `schema.properties`, if any.
-fn properties(schema: &Value) -> impl Iterator<Item = (&str, &Value)> {
+pub(crate) fn properties(schema: &Value) -> impl Iterator<Item = (&str, &Value)> {
     schema
         .get("properties")
         .and_then(Value::as_object)

@@ -113,40 +113,45 @@ pub(crate) async fn search(
     }
     let config = load_config(config_path)?;
     let gateway = started_gateway(config).await;
-    let catalog = gateway.catalog();
-    let filter = catalog::Filter {
-        servers: (!servers.is_empty()).then_some(servers),
-        ..Default::default()
+    let search = gateway::Search {
+        queries: vec![query.to_owned()],
+        top_k,
+        filter: catalog::Filter {
+            servers: (!servers.is_empty()).then_some(servers),
+            ..Default::default()
+        },
     };
     let started = Instant::now();
-    let hits = catalog.search(query, top_k, &filter);
+    let found = gateway.search(&search).await;
     let elapsed = started.elapsed();
+    let total = gateway.catalog().tools().len();
     if json {
-        let results: Vec<_> = hits
+        let results: Vec<_> = found
+            .hits
             .iter()
             .map(|h| {
                 serde_json::json!({
-                    "name": h.tool.qualified,
-                    "server": h.tool.server,
-                    "description": h.tool.one_line_description(),
+                    "name": h.name,
+                    "server": h.server,
+                    "description": h.description,
                     "score": h.score,
                 })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&results)?);
-    } else if hits.is_empty() {
-        println!(
-            "no tools matched \"{query}\" ({} tools searched)",
-            catalog.tools().len()
-        );
+    } else if found.hits.is_empty() {
+        println!("no tools matched \"{query}\" ({total} tools searched)");
     } else {
-        println!("{}", render::search_table(&hits));
+        println!("{}", render::search_table(&found.hits));
         println!(
-            "{} of {} tools, {:.2} ms",
-            hits.len(),
-            catalog.tools().len(),
+            "{} of {total} tools, {} search, {:.2} ms",
+            found.hits.len(),
+            found.strategy,
             elapsed.as_secs_f64() * 1000.0
         );
+    }
+    if let Some(reason) = &found.degraded {
+        eprintln!("note: {reason}");
     }
     report_failed_servers(&gateway);
     gateway.shutdown().await;

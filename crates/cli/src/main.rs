@@ -4,6 +4,7 @@
 //! configuration. Logs go to stderr, always: on `serve --stdio` stdout carries only protocol.
 
 mod command;
+mod eval;
 mod render;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
@@ -70,6 +71,8 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
+    Eval(eval::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {
         file: PathBuf,
@@ -177,6 +180,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ConfigCommand::Check,
         } => command::config_check(config_path),
         Command::Import { file, output } => command::import(&file, output.as_deref()),
+        Command::Eval(args) => eval::run(args).await,
     }
 }
 
@@ -189,6 +193,8 @@ fn init_logging(filter: Option<&str>, default_level: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour only on a terminal: log files and pipes get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
 }

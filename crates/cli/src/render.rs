@@ -35,16 +35,16 @@ fn table() -> Table {
     table
 }
 
-pub(crate) fn search_table(hits: &[catalog::SearchHit<'_>]) -> Table {
+pub(crate) fn search_table(hits: &[gateway::FoundTool]) -> Table {
     let mut table = table();
     table.set_header(["#", "tool", "server", "score", "description"]);
     for (i, hit) in hits.iter().enumerate() {
         table.add_row([
             (i + 1).to_string(),
-            hit.tool.qualified.clone(),
-            hit.tool.server.clone(),
-            format!("{:.3}", hit.score),
-            hit.tool.one_line_description(),
+            hit.name.clone(),
+            hit.server.clone(),
+            format!("{:.4}", hit.score),
+            hit.description.clone(),
         ]);
     }
     table

@@ -101,7 +101,19 @@ impl Front {
     ) -> Result<CallToolResult, McpError> {
         let catalog = self.gateway.catalog();
         match name {
-            meta::SEARCH_TOOLS => Ok(meta::search(&catalog, &arguments)),
+            meta::SEARCH_TOOLS => {
+                let search = match meta::parse_search(&catalog, &arguments) {
+                    Ok(search) => search,
+                    Err(error) => return Ok(error),
+                };
+                drop(catalog);
+                let found = self.gateway.search(&search).await;
+                Ok(meta::render_search(
+                    &self.gateway.catalog(),
+                    &search,
+                    &found,
+                ))
+            }
             meta::GET_TOOL_DETAILS => Ok(meta::details(&catalog, &arguments)),
             meta::CALL_TOOL => {
                 let Some(target) = arguments.get("name").and_then(Value::as_str) else {

@@ -13,24 +13,72 @@
 mod front;
 mod meta;
 mod result;
+mod semantic;
 mod serve;
 
 use std::{
     collections::HashMap,
-    sync::{Arc, RwLock},
+    sync::{
+        Arc, OnceLock, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
-use catalog::{Catalog, ServerTools};
+use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
 pub use front::Front;
+pub use semantic::Semantic;
 pub use serve::{serve_http, serve_stdio};
 use tokio::sync::mpsc;
 use upstream::{ToolsChanged, Upstreams};
 
+/// Longest a search waits for its query to be embedded before answering with BM25 alone.
+const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Gateway {
     config: config::Config,
     upstreams: Upstreams,
-    catalog: RwLock<Arc<Catalog>>,
+    /// The published snapshot and the generation it was built for; a slow embedding of an
+    /// older generation never replaces a newer catalog.
+    catalog: RwLock<(u64, Arc<Catalog>)>,
+    generation: AtomicU64,
+    semantic: OnceLock<Option<Arc<Semantic>>>,
+}
+
+/// One `search_tools` call, as the front end and the CLI describe it.
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub queries: Vec<String>,
+    pub top_k: usize,
+    pub filter: Filter,
+}
+
+/// The hits of a search, owned (the catalog they came from may be replaced meanwhile).
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub hits: Vec<FoundTool>,
+    /// Set when the search ran with less than the configured strategy, and why.
+    pub degraded: Option<String>,
+    pub strategy: catalog::Strategy,
+}
+
+#[derive(Debug, Clone)]
+pub struct FoundTool {
+    pub name: String,
+    pub server: String,
+    pub description: String,
+    pub score: f32,
+}
+
+impl FoundTool {
+    fn from_hit(hit: &SearchHit<'_>) -> Self {
+        Self {
+            name: hit.tool.qualified.clone(),
+            server: hit.tool.server.clone(),
+            description: hit.tool.one_line_description(),
+            score: hit.score,
+        }
+    }
 }
 
 impl Gateway {
@@ -41,7 +89,9 @@ impl Gateway {
         let gateway = Arc::new(Self {
             config,
             upstreams,
-            catalog: RwLock::new(Arc::new(Catalog::build(&[]).0)),
+            catalog: RwLock::new((0, Arc::new(Catalog::build(&[]).0))),
+            generation: AtomicU64::new(0),
+            semantic: OnceLock::new(),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
@@ -50,10 +100,81 @@ impl Gateway {
 
     /// Connects every server concurrently and builds the first catalog. Returns when each server
     /// is ready or failed; `on_settled` reports each as it settles.
+    /// The embedder loads (and the store opens) while the servers connect; the first catalog is
+    /// published as soon as the tool lists are in, and again with vectors once they are embedded.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
-        self.upstreams.connect_all(on_settled).await;
-        self.rebuild_catalog();
+        let semantic = async {
+            let store = open_store(&self.config.store).await;
+            Semantic::load(&self.config.retrieval, store)
+                .await
+                .map(Arc::new)
+        };
+        let (semantic, ()) = tokio::join!(semantic, self.upstreams.connect_all(on_settled));
+        let _ = self.semantic.set(semantic);
+        self.refresh_catalog().await;
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+    }
+
+    /// The embedder, when one is loaded.
+    pub fn semantic(&self) -> Option<&Arc<Semantic>> {
+        self.semantic.get().and_then(Option::as_ref)
+    }
+
+    /// Runs one search with the configured strategy. Vector and hybrid searches embed the
+    /// queries first; when that is impossible or fails, BM25 answers and `degraded` says why.
+    pub async fn search(&self, search: &Search) -> Found {
+        let catalog = self.catalog();
+        let retrieval = &self.config.retrieval;
+        let strategy = match retrieval.strategy {
+            config::Strategy::Bm25 => catalog::Strategy::Bm25,
+            config::Strategy::Vector => catalog::Strategy::Vector,
+            config::Strategy::Hybrid => catalog::Strategy::Hybrid,
+        };
+        let mut degraded = None;
+        let mut query_vectors = None;
+        if strategy.needs_vectors() {
+            match self.semantic() {
+                None => degraded = Some("no embedding model loaded; served BM25".to_owned()),
+                Some(semantic) if catalog.vector_model() != Some(semantic.model_id()) => {
+                    degraded = Some("tool embeddings not ready; served BM25".to_owned())
+                }
+                Some(semantic) => {
+                    match tokio::time::timeout(
+                        QUERY_EMBED_TIMEOUT,
+                        semantic.query_vectors(&search.queries),
+                    )
+                    .await
+                    {
+                        Ok(Ok(vectors)) => query_vectors = Some(vectors),
+                        Ok(Err(error)) => {
+                            tracing::warn!(%error, "query embedding failed; serving BM25");
+                            degraded =
+                                Some(format!("query embedding failed ({error}); served BM25"));
+                        }
+                        Err(_) => {
+                            tracing::warn!("query embedding timed out; serving BM25");
+                            degraded = Some("query embedding timed out; served BM25".to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        let outcome = catalog.search_with(&SearchRequest {
+            queries: &search.queries,
+            query_vectors: query_vectors.as_deref(),
+            strategy,
+            hybrid: retrieval::Hybrid {
+                balance: retrieval.balance,
+                min_similarity: retrieval.min_similarity,
+            },
+            top_k: search.top_k,
+            filter: &search.filter,
+        });
+        Found {
+            hits: outcome.hits.iter().map(FoundTool::from_hit).collect(),
+            degraded: degraded.or(outcome.degraded),
+            strategy,
+        }
     }
 
     pub fn config(&self) -> &config::Config {
@@ -69,11 +190,44 @@ impl Gateway {
         self.catalog
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .1
             .clone()
     }
 
-    /// Rebuilds the catalog from every server's last good tool list, in configuration order.
-    pub fn rebuild_catalog(&self) {
+    /// Publishes `catalog` unless a newer generation is already out.
+    fn publish(&self, generation: u64, catalog: Catalog) {
+        let mut slot = self
+            .catalog
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if generation >= slot.0 {
+            *slot = (generation, Arc::new(catalog));
+        }
+    }
+
+    /// Rebuilds the catalog from every server's last good tool list and publishes it, then
+    /// embeds the tools (from the cache where possible) and publishes it again with vectors.
+    pub async fn refresh_catalog(&self) {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let catalog = self.build_catalog();
+        let Some(semantic) = self.semantic().cloned() else {
+            self.publish(generation, catalog);
+            return;
+        };
+        self.publish(generation, catalog.clone());
+        match semantic.tool_vectors(&catalog).await {
+            Ok(vectors) => match catalog.with_vectors(semantic.model_id().to_owned(), vectors) {
+                Ok(with_vectors) => self.publish(generation, with_vectors),
+                Err(error) => tracing::warn!(%error, "tool vectors rejected; search stays lexical"),
+            },
+            Err(error) => {
+                tracing::warn!(%error, "embedding the tools failed; search stays lexical until the next refresh")
+            }
+        }
+    }
+
+    /// A catalog of every server's last good tool list, in configuration order.
+    fn build_catalog(&self) -> Catalog {
         let lists: Vec<ServerTools> = self
             .upstreams
             .servers()
@@ -92,10 +246,7 @@ impl Gateway {
             tracing::warn!(?problem, "skipped an upstream tool");
         }
         tracing::debug!(tools = catalog.tools().len(), "catalog rebuilt");
-        *self
-            .catalog
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(catalog);
+        catalog
     }
 
     /// Ends every upstream session and child process.
@@ -139,9 +290,24 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
             tokio::spawn(async move {
                 if server.refresh_tools().await.is_ok() {
                     tracing::info!(server = server.name(), "server is back");
-                    gateway.rebuild_catalog();
+                    gateway.refresh_catalog().await;
                 }
             });
+        }
+    }
+}
+
+/// Opens the embedded database; without it the gateway still runs, it only re-embeds on start.
+async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
+    let path = config
+        .path
+        .clone()
+        .unwrap_or_else(store::Store::default_path);
+    match store::Store::open(&path).await {
+        Ok(store) => Some(store),
+        Err(error) => {
+            tracing::warn!(%error, "running without the database (embeddings are not cached)");
+            None
         }
     }
 }
@@ -167,7 +333,7 @@ async fn watch_changes(
                 let gateway = gateway.clone();
                 tokio::spawn(async move {
                     if server.refresh_tools().await.is_ok() {
-                        gateway.rebuild_catalog();
+                        gateway.refresh_catalog().await;
                     }
                 });
             }

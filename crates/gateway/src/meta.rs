@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use catalog::{Catalog, Filter};
+
+use crate::{Found, Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
@@ -16,6 +18,7 @@ pub(crate) const CALL_TOOL: &str = "call_tool";
 
 pub(crate) const DEFAULT_TOP_K: usize = 5;
 pub(crate) const MAX_TOP_K: usize = 50;
+pub(crate) const MAX_QUERIES: usize = 10;
 
 /// The meta-tools, with `search_tools` describing the servers that are searchable right now.
 pub(crate) fn tools(servers: &[(String, Option<String>)]) -> Vec<Tool> {
@@ -36,22 +39,28 @@ pub(crate) fn tools(servers: &[(String, Option<String>)]) -> Vec<Tool> {
         tool(
             SEARCH_TOOLS,
             &format!(
-                "Find tools across the MCP servers behind this gateway. Describe what you want to \
-                 do in plain words (e.g. \"read a file\", \"current time in Tokyo\"); results are \
-                 ranked, best first, with each tool's qualified name, server and a one-line \
-                 description. Then call get_tool_details for the input schema and call_tool to \
-                 run it.\n{server_list}"
+                "Find tools across the MCP servers behind this gateway. Results are ranked, best \
+                 first, with each tool's qualified name, server and a one-line description; then \
+                 call get_tool_details for the input schema and call_tool to run it.\n\
+                 Write the query as the capability you need in plain words, with its key verbs \
+                 and nouns (\"create a calendar event\", \"read a file\", \"current time in a \
+                 timezone\"), in English where possible; not the user's whole request. When a \
+                 task needs several capabilities, pass them together in `queries` (one per \
+                 capability) instead of calling search_tools several times.\n{server_list}"
             ),
             json!({
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "What you want to do, in plain words."},
+                    "query": {"type": "string", "description": "The capability you need, in plain words."},
+                    "queries": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_QUERIES,
+                                "description": "Several capabilities at once; results are fused into one ranking."},
                     "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": DEFAULT_TOP_K,
                               "description": "How many results to return."},
                     "servers": {"type": "array", "items": {"type": "string", "enum": server_names},
-                                "description": "Only search these servers."}
+                                "description": "Only search these servers."},
+                    "read_only": {"type": "boolean", "description": "true: only tools that do not modify anything; false: only tools that do."},
+                    "destructive": {"type": "boolean", "description": "false: leave out tools that may delete or overwrite data."}
                 },
-                "required": ["query"],
                 "additionalProperties": false
             }),
         ),
@@ -101,17 +110,45 @@ fn tool(name: &'static str, description: &str, schema: Value) -> Tool {
     tool
 }
 
-/// `search_tools`: ranked results as readable text plus `structuredContent`.
-pub(crate) fn search(catalog: &Catalog, args: &Map<String, Value>) -> CallToolResult {
-    let Some(query) = args.get("query").and_then(Value::as_str) else {
-        return tool_error("search_tools needs a 'query' string");
-    };
+/// Reads `search_tools` arguments; a bad argument is a tool error the model can correct.
+pub(crate) fn parse_search(
+    catalog: &Catalog,
+    args: &Map<String, Value>,
+) -> Result<Search, CallToolResult> {
+    let mut queries = Vec::new();
+    match args.get("query") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(q)) if !q.trim().is_empty() => queries.push(q.clone()),
+        Some(_) => return Err(tool_error("'query' must be a non-empty string")),
+    }
+    match args.get("queries") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.as_str() {
+                    Some(q) if !q.trim().is_empty() => queries.push(q.to_owned()),
+                    _ => return Err(tool_error("'queries' must be a list of non-empty strings")),
+                }
+            }
+        }
+        Some(_) => return Err(tool_error("'queries' must be a list of strings")),
+    }
+    if queries.is_empty() {
+        return Err(tool_error(
+            "search_tools needs a 'query' (or 'queries'): the capability you need, in plain words",
+        ));
+    }
+    if queries.len() > MAX_QUERIES {
+        return Err(tool_error(format!("at most {MAX_QUERIES} queries at once")));
+    }
     let top_k = match args.get("top_k") {
         None | Some(Value::Null) => DEFAULT_TOP_K,
         Some(v) => match v.as_u64() {
             Some(n) if (1..=MAX_TOP_K as u64).contains(&n) => n as usize,
             _ => {
-                return tool_error(format!("'top_k' must be an integer from 1 to {MAX_TOP_K}"));
+                return Err(tool_error(format!(
+                    "'top_k' must be an integer from 1 to {MAX_TOP_K}"
+                )));
             }
         },
     };
@@ -122,59 +159,86 @@ pub(crate) fn search(catalog: &Catalog, args: &Map<String, Value>) -> CallToolRe
             let known = catalog.servers();
             for item in items {
                 let Some(name) = item.as_str() else {
-                    return tool_error("'servers' must be a list of server names");
+                    return Err(tool_error("'servers' must be a list of server names"));
                 };
                 if !known.contains(&name) {
-                    return tool_error(format!(
+                    return Err(tool_error(format!(
                         "unknown server '{name}'; searchable servers: {}",
                         known.join(", ")
-                    ));
+                    )));
                 }
                 names.push(name.to_owned());
             }
             Some(names)
         }
-        Some(_) => return tool_error("'servers' must be a list of server names"),
+        Some(_) => return Err(tool_error("'servers' must be a list of server names")),
     };
-    let filter = Filter {
-        servers,
-        ..Filter::default()
+    let flag = |name: &str| -> Result<Option<bool>, CallToolResult> {
+        match args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(tool_error(format!("'{name}' must be true or false"))),
+        }
     };
-    let hits = catalog.search(query, top_k, &filter);
-    let results: Vec<Value> = hits
+    Ok(Search {
+        queries,
+        top_k,
+        filter: Filter {
+            servers,
+            read_only: flag("read_only")?,
+            destructive: flag("destructive")?,
+        },
+    })
+}
+
+/// `search_tools`' answer: ranked results as readable text plus `structuredContent`.
+pub(crate) fn render_search(catalog: &Catalog, search: &Search, found: &Found) -> CallToolResult {
+    let results: Vec<Value> = found
+        .hits
         .iter()
         .map(|hit| {
             json!({
-                "name": hit.tool.qualified,
-                "server": hit.tool.server,
-                "description": hit.tool.one_line_description(),
-                "score": (hit.score * 1000.0).round() / 1000.0,
+                "name": hit.name,
+                "server": hit.server,
+                "description": hit.description,
+                "score": (f64::from(hit.score) * 10_000.0).round() / 10_000.0,
             })
         })
         .collect();
-    let text = if hits.is_empty() {
+    let text = if found.hits.is_empty() {
         format!(
-            "No tools matched \"{query}\". Try other words, or fewer of them. Servers: {}",
+            "No tools matched {}. Try other words, or fewer of them. Servers: {}",
+            search
+                .queries
+                .iter()
+                .map(|q| format!("\"{q}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
             catalog.servers().join(", ")
         )
     } else {
-        let lines: Vec<String> = hits
+        found
+            .hits
             .iter()
             .enumerate()
             .map(|(i, hit)| {
                 format!(
                     "{}. {} ({}) - {}",
                     i + 1,
-                    hit.tool.qualified,
-                    hit.tool.server,
-                    hit.tool.one_line_description()
+                    hit.name,
+                    hit.server,
+                    hit.description
                 )
             })
-            .collect();
-        lines.join("\n")
+            .collect::<Vec<_>>()
+            .join("\n")
     };
+    let mut structured = json!({ "results": results, "strategy": found.strategy.as_str() });
+    if let Some(reason) = &found.degraded {
+        structured["degraded"] = json!(reason);
+    }
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    result.structured_content = Some(json!({ "results": results }));
+    result.structured_content = Some(structured);
     result
 }
 

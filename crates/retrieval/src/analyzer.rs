@@ -33,10 +33,16 @@
 //!    boundaries and unigrams keep recall for one-character words. Latin words inside
 //!    mixed text (`搜索GitHub仓库`) tokenize as above.
 //!
-//! Rejected for now, to be measured by the eval harness first: stemming and stop words
-//! (they would be new fields on [`Analyzer`] applied in `emit`), NFC normalisation (a
-//! precomposed and a decomposed `é` differ) and dictionary segmentation of Thai, Lao,
-//! Khmer or Burmese (their runs stay whole words).
+//! 7. **Optional, off by default: stop words and stemming** ([`Analyzer::stop_words`],
+//!    [`Analyzer::stemming`]). Applied last, to every token, so a compound is still built
+//!    from all its pieces (`get_the_time` -> `getthetime`) and only the emitted tokens
+//!    change. English only for now ([`crate::english`]); they stay off until `mcpgw eval`
+//!    shows they help on the labelled sets.
+//!
+//! Rejected for now: NFC normalisation (a precomposed and a decomposed `é` differ) and
+//! dictionary segmentation of Thai, Lao, Khmer or Burmese (their runs stay whole words).
+
+use crate::english;
 
 /// Tokenizes `text` with the default [`Analyzer`]: the tokenizer used for both documents
 /// and queries by [`crate::Bm25Index::build`].
@@ -55,6 +61,17 @@ pub struct Analyzer {
     /// Tokens longer than this many bytes are dropped (hashes, base64 blobs, minified
     /// code); they never help a search and would only grow the vocabulary.
     pub max_token_bytes: usize,
+    /// Drop this language's stop words (`the`, `for`, `my`, ...). Off by default.
+    pub stop_words: Option<Language>,
+    /// Reduce tokens to their stem in this language (`creating` -> `creat`). Off by default.
+    pub stemming: Option<Language>,
+}
+
+/// A language with stop words and a stemmer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Language {
+    /// Porter2 (Snowball English) stems and a short list of function words.
+    English,
 }
 
 impl Default for Analyzer {
@@ -63,6 +80,8 @@ impl Default for Analyzer {
             compounds: true,
             cjk_bigrams: true,
             max_token_bytes: 128,
+            stop_words: None,
+            stemming: None,
         }
     }
 }
@@ -223,8 +242,15 @@ struct Scanner<'a, F> {
 
 impl<F: FnMut(&str)> Scanner<'_, F> {
     fn emit(&mut self, token: &str) {
-        if !token.is_empty() && token.len() <= self.analyzer.max_token_bytes {
-            (self.emit)(token);
+        if token.is_empty() || token.len() > self.analyzer.max_token_bytes {
+            return;
+        }
+        if self.analyzer.stop_words == Some(Language::English) && english::is_stop_word(token) {
+            return;
+        }
+        match self.analyzer.stemming {
+            Some(Language::English) => (self.emit)(&english::stem(token)),
+            None => (self.emit)(token),
         }
     }
 
@@ -483,7 +509,60 @@ mod tests {
         );
     }
 
+    fn english() -> Analyzer {
+        Analyzer {
+            stop_words: Some(Language::English),
+            stemming: Some(Language::English),
+            ..Analyzer::default()
+        }
+    }
+
+    #[test]
+    fn english_options_drop_stop_words_and_stem() {
+        assert_eq!(
+            english().tokenize("I'm creating the party recipes for my friends"),
+            ["creat", "parti", "recip", "friend"]
+        );
+        // Compounds are built from every piece, stop words included, then stemmed.
+        assert_eq!(
+            english().tokenize("get_the_files"),
+            ["get", "file", "getthefil"]
+        );
+        // CJK and identifiers with digits pass through.
+        assert_eq!(
+            english().tokenize("查询 s3"),
+            ["查", "询", "查询", "s3", "s", "3"]
+        );
+    }
+
+    #[test]
+    fn each_english_option_works_alone() {
+        let stop_only = Analyzer {
+            stop_words: Some(Language::English),
+            ..Analyzer::default()
+        };
+        assert_eq!(
+            stop_only.tokenize("search for the files"),
+            ["search", "files"]
+        );
+        let stem_only = Analyzer {
+            stemming: Some(Language::English),
+            ..Analyzer::default()
+        };
+        assert_eq!(
+            stem_only.tokenize("search for the files"),
+            ["search", "for", "the", "file"]
+        );
+    }
+
     proptest! {
+        #[test]
+        fn english_analysis_never_panics_and_emits_nonempty_tokens(text in any::<String>()) {
+            for token in english().tokenize(&text) {
+                prop_assert!(!token.is_empty());
+            }
+        }
+
         #[test]
         fn tokenize_never_panics_and_emits_nonempty_bounded_tokens(text in any::<String>()) {
             for token in tokenize(&text) {

@@ -763,7 +763,7 @@ mod tests {
     #[test]
     fn debug_output_is_a_summary() {
         let index = Bm25Index::build(&documents(TOOLS[..1].as_ref()), &Bm25Params::default());
-        expect!["Bm25Index { docs: 1, terms: 9, postings: 9, analyzer: Analyzer { compounds: true, cjk_bigrams: true, max_token_bytes: 128 } }"]
+        expect!["Bm25Index { docs: 1, terms: 9, postings: 9, analyzer: Analyzer { compounds: true, cjk_bigrams: true, max_token_bytes: 128, stop_words: None, stemming: None } }"]
             .assert_eq(&format!("{index:?}"));
     }
 

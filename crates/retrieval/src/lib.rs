@@ -1,9 +1,12 @@
-//! `retrieval` ranks plain documents against text queries: BM25F today, vector and hybrid
-//! strategies later.
+//! `retrieval` ranks plain documents against queries: lexical (BM25F), semantic (cosine over
+//! vectors the caller computed) and hybrid (weighted reciprocal rank fusion of the two).
 //!
 //! Entry points: [`Bm25Index::build`] indexes a slice of [`Document`]s once (rebuild when
 //! the documents change); [`Bm25Index::rank`] returns every matching document, full depth,
 //! for one query. [`tokenize`] and [`Analyzer`] define the terms both sides share.
+//! [`VectorIndex::build`] and [`VectorIndex::rank`] do the same for embeddings (every kept
+//! document is ranked). [`fuse`] combines full-depth rankings by weighted RRF, and
+//! [`Hybrid`] is the lexical/semantic policy on top (balance, minimum similarity).
 //!
 //! Architecture invariants:
 //! - No MCP, no IO, no async, no serde: documents arrive as plain strings, results leave
@@ -11,14 +14,21 @@
 //!   crate is cheap to build, benchmark and property-test.
 //! - No panics on any input: every string, every parameter value (NaN included) is handled.
 //! - Ranking is deterministic and total: score descending, then [`Document::key`]
-//!   ascending, then [`DocId`]; the order of words in a query does not change it.
+//!   ascending, then [`DocId`]; the order of words in a query does not change it. The same
+//!   holds for vector and fused rankings (ties by key, then `DocId`).
+//! - Rankings are full depth: fusion sees every document's true rank in each list.
 //! - Filters narrow before ranking: a document rejected by `keep` is never scored, and
 //!   corpus statistics are the whole index's, so a filter never changes a survivor's score.
 
 mod analyzer;
 mod bm25;
 mod document;
+mod english;
+mod hybrid;
+mod vector;
 
-pub use analyzer::{Analyzer, tokenize};
+pub use analyzer::{Analyzer, Language, tokenize};
 pub use bm25::{Bm25Index, Bm25Params, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
+pub use hybrid::{Hybrid, RRF_K, fuse};
+pub use vector::{VectorError, VectorIndex};

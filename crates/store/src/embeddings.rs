@@ -163,8 +163,12 @@ mod tests {
     async fn migrations_run_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("mcpgw.db");
-        Store::open(&path).await.expect("first open creates the schema");
-        let store = Store::open(&path).await.expect("second open finds it current");
+        Store::open(&path)
+            .await
+            .expect("first open creates the schema");
+        let store = Store::open(&path)
+            .await
+            .expect("second open finds it current");
         let version: i64 = sqlx::query_scalar("PRAGMA user_version")
             .fetch_one(&store.pool)
             .await

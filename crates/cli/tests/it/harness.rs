@@ -172,9 +172,12 @@ pub struct ConfigDir {
     pub path: PathBuf,
 }
 
+/// Writes `toml` with a `[store]` in the temporary directory, so tests never share or touch
+/// the user's database.
 pub fn write_config(toml: &str) -> ConfigDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mcpgw.toml");
+    let toml = format!("{toml}\n[store]\npath = \"mcpgw.db\"\n");
     std::fs::write(&path, toml).expect("write config");
     ConfigDir { dir, path }
 }

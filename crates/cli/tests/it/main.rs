@@ -6,4 +6,5 @@ mod clients;
 mod faults;
 mod harness;
 mod naming;
+mod search;
 mod upstreams;

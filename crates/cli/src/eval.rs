@@ -1,0 +1,334 @@
+//! `mcpgw eval`: parses the evaluation options, loads the local embedding model, runs
+//! `eval::evaluate` on each set and prints a table per set (or one JSON document).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use indicatif::ProgressBar;
+
+use catalog::{EmbeddingText, IndexOptions, Strategy};
+use embed::Embedder;
+use embed::local::{LoadOptions, LocalModel};
+// `::eval` is the crate; this module shares its name.
+use ::eval::{
+    Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
+};
+use retrieval::{Bm25Params, Hybrid, Language};
+
+use crate::{Failure, render};
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Set folders (tools.json, queries.jsonl, qrels.tsv), e.g. shared/eval/toollens.
+    #[arg(required = true, value_name = "SET_DIR")]
+    sets: Vec<PathBuf>,
+    /// bm25, vector, hybrid, or all.
+    #[arg(long, default_value = "all")]
+    strategy: String,
+    /// Local embedding model for vector and hybrid: all-MiniLM-L6-v2 (minilm), potion-base-8M
+    /// (potion) or multilingual-e5-small-q4 (e5).
+    #[arg(long, default_value = "all-MiniLM-L6-v2")]
+    model: String,
+    /// Folder holding the model's files (default: the standard model folders).
+    #[arg(long)]
+    model_dir: Option<PathBuf>,
+    /// Threads for the embedding model.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Texts per embedding call (the model splits them into its own batches).
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+    /// Hybrid balance: 0 lexical only, 100 semantic only.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    balance: u8,
+    /// Drop vector hits below this cosine similarity.
+    #[arg(long)]
+    min_similarity: Option<f32>,
+    /// Evaluate only the first N queries of each set.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Embedding cache folder (default: $XDG_CACHE_HOME/mcpgw/eval or ~/.cache/mcpgw/eval).
+    #[arg(long, conflicts_with = "no_cache")]
+    cache_dir: Option<PathBuf>,
+    /// Keep embeddings in memory only.
+    #[arg(long)]
+    no_cache: bool,
+    /// BM25: English stemming (Porter2), as the gateway does; `--stemming false` to measure
+    /// without.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    stemming: bool,
+    /// BM25: drop English stop words, as the gateway does; `--stop-words false` to measure
+    /// without.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    stop_words: bool,
+    /// BM25 variant to measure: term-frequency saturation k1.
+    #[arg(long)]
+    k1: Option<f32>,
+    /// BM25 variant to measure: length normalisation b.
+    #[arg(long)]
+    b: Option<f32>,
+    /// What the tool embedding text adds: none, name (the server's name), description (the
+    /// server's description) or both.
+    #[arg(long, default_value = "none")]
+    embed_server: String,
+}
+
+pub(crate) async fn run(args: Args) -> Result<(), Failure> {
+    let strategies = strategies(&args.strategy)?;
+    let embedding_text = match args.embed_server.as_str() {
+        "none" => EmbeddingText::default(),
+        "name" => EmbeddingText {
+            server_name: true,
+            server_description: false,
+        },
+        "description" => EmbeddingText {
+            server_name: false,
+            server_description: true,
+        },
+        "both" => EmbeddingText {
+            server_name: true,
+            server_description: true,
+        },
+        other => {
+            return Err(Failure::usage(anyhow!(
+                "--embed-server must be none, name, description or both, not `{other}`"
+            )));
+        }
+    };
+    let mut bm25 = Bm25Params::default();
+    bm25.k1 = args.k1.unwrap_or(bm25.k1);
+    bm25.b = args.b.unwrap_or(bm25.b);
+    let mut index = IndexOptions {
+        bm25,
+        ..IndexOptions::default()
+    };
+    index.analyzer.stemming = args.stemming.then_some(Language::English);
+    index.analyzer.stop_words = args.stop_words.then_some(Language::English);
+    let options = ::eval::Options {
+        strategies: strategies.clone(),
+        hybrid: Hybrid {
+            balance: args.balance,
+            min_similarity: args.min_similarity,
+        },
+        limit: args.limit,
+        index,
+        embedding_text: embedding_text.clone(),
+        batch_size: args.batch_size.max(1),
+        ..::eval::Options::default()
+    };
+
+    let sets = args
+        .sets
+        .iter()
+        .map(|dir| {
+            Dataset::load(dir).with_context(|| format!("cannot load the set in {}", dir.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let needs_vectors = strategies.iter().any(|s| s.needs_vectors());
+    let embedder = if needs_vectors {
+        let model: LocalModel = args.model.parse().map_err(Failure::usage)?;
+        Some(load_model(model, args.model_dir.clone(), args.threads).await)
+    } else {
+        None
+    };
+    let cache_dir = match (&args.cache_dir, args.no_cache) {
+        (_, true) => None,
+        (Some(dir), false) => Some(dir.clone()),
+        (None, false) => ::eval::cache::default_dir(),
+    };
+
+    let bar = Bar(render::progress(0, "eval"));
+    let mut reports = Vec::with_capacity(sets.len());
+    for set in &sets {
+        let report = match &embedder {
+            Some(Ok(embedder)) => {
+                let mut cache: Box<dyn EmbeddingCache> = match &cache_dir {
+                    Some(dir) => match FileCache::open(dir, embedder.id(), &set.name) {
+                        Ok(cache) => Box::new(cache),
+                        Err(error) => {
+                            tracing::warn!("{error}; embeddings are not cached");
+                            Box::new(MemoryCache::default())
+                        }
+                    },
+                    None => Box::new(MemoryCache::default()),
+                };
+                let semantic = Semantic {
+                    embedder: embedder.as_ref(),
+                    cache: cache.as_mut(),
+                };
+                ::eval::evaluate(set, &options, Ok(semantic), &bar).await
+            }
+            Some(Err(reason)) => ::eval::evaluate(set, &options, Err(reason.clone()), &bar).await,
+            None => ::eval::evaluate(set, &options, Err("not asked".into()), &bar).await,
+        };
+        if !args.json {
+            bar.0.suspend(|| print_set(&report));
+        }
+        reports.push(report);
+    }
+    bar.0.finish_and_clear();
+
+    if args.json {
+        let report = Report {
+            settings: Settings {
+                strategies,
+                model: needs_vectors.then(|| args.model.clone()),
+                balance: args.balance,
+                min_similarity: args.min_similarity,
+                limit: args.limit,
+                bm25: bm25_words(&options.index),
+                embedding_text: args.embed_server.clone(),
+            },
+            sets: reports,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(())
+}
+
+fn strategies(flag: &str) -> Result<Vec<Strategy>, Failure> {
+    if flag.eq_ignore_ascii_case("all") {
+        return Ok(Strategy::ALL.to_vec());
+    }
+    flag.split(',')
+        .map(|s| s.trim().parse::<Strategy>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure::usage(anyhow!("--strategy: {e} (or all)")))
+}
+
+/// The model, or why it cannot be used (vector strategies then report it as skipped).
+async fn load_model(
+    model: LocalModel,
+    dir: Option<PathBuf>,
+    threads: usize,
+) -> Result<Arc<dyn Embedder>, String> {
+    let options = LoadOptions {
+        threads: threads.max(1),
+        ..LoadOptions::default()
+    };
+    tokio::task::spawn_blocking(move || embed::local::load_with(model, dir.as_deref(), &options))
+        .await
+        .map_err(|e| format!("model loading failed: {e}"))?
+        .map_err(|e| e.to_string())
+}
+
+/// The BM25 settings in words, e.g. `k1=1.2 b=0.75 stemming stop-words`.
+fn bm25_words(index: &IndexOptions) -> String {
+    let mut words = vec![format!("k1={} b={}", index.bm25.k1, index.bm25.b)];
+    if index.analyzer.stemming.is_some() {
+        words.push("stemming".to_string());
+    }
+    if index.analyzer.stop_words.is_some() {
+        words.push("stop-words".to_string());
+    }
+    words.join(" ")
+}
+
+fn print_set(report: &SetReport) {
+    println!(
+        "{}: {} servers, {} tools, {} queries{}",
+        report.set,
+        report.servers,
+        report.tools,
+        report.queries,
+        match (
+            report.queries_without_relevant,
+            report.unknown_relevant_tools
+        ) {
+            (0, 0) => String::new(),
+            (without, unknown) =>
+                format!(" ({without} without a known relevant tool, {unknown} unknown qrels)"),
+        }
+    );
+    let mut table = Table::new();
+    table
+        .load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header([
+            "strategy",
+            "nDCG@10",
+            "R@5",
+            "R@10",
+            "MRR@10",
+            "Comp@5",
+            "search p50",
+            "p99",
+        ]);
+    for strategy in &report.strategies {
+        match &strategy.outcome {
+            Outcome::Ok(figures) => {
+                let m = figures.metrics;
+                table.add_row([
+                    strategy.strategy.to_string(),
+                    format!("{:.1}", m.ndcg_at_10),
+                    format!("{:.1}", m.recall_at_5),
+                    format!("{:.1}", m.recall_at_10),
+                    format!("{:.1}", m.mrr_at_10),
+                    format!("{:.1}", m.comp_at_5),
+                    format!("{:.1} µs", figures.search_p50_us),
+                    format!("{:.1} µs", figures.search_p99_us),
+                ]);
+            }
+            Outcome::Skipped { reason } => {
+                table.add_row([strategy.strategy.to_string(), format!("skipped: {reason}")]);
+            }
+        }
+    }
+    println!("{table}");
+    println!(
+        "index build: catalog {:.1} ms, BM25 alone {:.2} ms",
+        report.catalog_build_ms, report.bm25_build_ms
+    );
+    if let Some(e) = &report.embedding {
+        println!(
+            "embedding ({}, {}-d): tools {:.1} s ({} of {} cached), queries {:.1} s ({} of {} cached), \
+             one query p50 {} (n={}), vector index {:.2} ms",
+            e.model,
+            e.dim,
+            e.tools_embed_ms / 1e3,
+            e.tools_cached,
+            e.tools,
+            e.queries_embed_ms / 1e3,
+            e.queries_cached,
+            e.queries,
+            e.query_embed_p50_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.1} ms")),
+            e.query_embed_sample,
+            e.vector_build_ms,
+        );
+    }
+    if !report.problems.is_empty() || !report.warnings.is_empty() {
+        println!(
+            "{} tools skipped, {} warnings (see --json)",
+            report.problems.len(),
+            report.warnings.len()
+        );
+    }
+    println!();
+}
+
+/// indicatif behind `::eval::Progress`; draws on stderr and hides itself off a terminal.
+struct Bar(ProgressBar);
+
+impl ::eval::Progress for Bar {
+    fn start(&self, label: &str, total: u64) {
+        self.0.reset();
+        self.0.set_length(total);
+        self.0.set_prefix(label.to_string());
+    }
+
+    fn advance(&self, steps: u64) {
+        self.0.inc(steps);
+    }
+
+    fn finish(&self) {
+        self.0.set_length(0);
+        self.0.set_prefix(String::new());
+    }
+}

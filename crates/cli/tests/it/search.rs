@@ -1,0 +1,165 @@
+//! Search through the gateway with the default local model: hybrid finds what BM25 cannot,
+//! several queries fuse, filters narrow before ranking, and embeddings survive a restart.
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+fn hybrid_config() -> ConfigDir {
+    write_config(&format!(
+        "[retrieval]\nstrategy = \"hybrid\"\n\n{}\n{}",
+        everything_stdio_server("everything"),
+        time_stdio_server("time")
+    ))
+}
+
+fn names(result: &Value) -> Vec<String> {
+    result["structuredContent"]["results"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|x| x["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hybrid_search_finds_semantic_matches_and_fuses_several_queries() {
+    let config = hybrid_config();
+    let path = config.path.display().to_string();
+    let report = py_client(
+        &[
+            "--stdio",
+            mcpgw(),
+            "serve",
+            "--stdio",
+            "--config",
+            &path,
+            "--",
+        ],
+        "modern",
+        json!([
+            // BM25 does not return get_current_time for this query at all (checked below).
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "clock reading Tokyo", "top_k": 3}},
+            {"op": "call_tool", "name": "search_tools", "arguments": {
+                "queries": ["add two numbers", "repeat my message back to me"], "top_k": 4}},
+            {"op": "call_tool", "name": "search_tools", "arguments": {
+                "query": "time", "read_only": true, "servers": ["time"]}},
+        ]),
+    );
+    let steps = report["steps"].as_array().expect("steps");
+    let semantic = &steps[0];
+    assert_eq!(
+        semantic["structuredContent"]["strategy"], "hybrid",
+        "{semantic}"
+    );
+    assert!(
+        semantic["structuredContent"].get("degraded").is_none(),
+        "{semantic}"
+    );
+    assert!(
+        names(semantic).contains(&"time__get_current_time".to_owned()),
+        "{semantic}"
+    );
+    let lexical = std::process::Command::new(mcpgw())
+        .args([
+            "search",
+            "clock reading Tokyo",
+            "--top-k",
+            "50",
+            "--json",
+            "--config",
+        ])
+        .arg(
+            write_config(&format!(
+                "{}\n{}",
+                everything_stdio_server("everything"),
+                time_stdio_server("time")
+            ))
+            .path,
+        )
+        .output()
+        .expect("mcpgw search runs");
+    let lexical: Vec<Value> = serde_json::from_slice(&lexical.stdout).expect("json");
+    assert!(
+        lexical
+            .iter()
+            .all(|h| h["name"] != "time__get_current_time"),
+        "BM25 alone misses it: {lexical:?}"
+    );
+
+    let fused = names(&steps[1]);
+    assert!(
+        fused.contains(&"everything__get-sum".to_owned()),
+        "{fused:?}"
+    );
+    assert!(fused.contains(&"everything__echo".to_owned()), "{fused:?}");
+
+    let filtered = names(&steps[2]);
+    assert!(!filtered.is_empty());
+    assert!(
+        filtered.iter().all(|n| n.starts_with("time__")),
+        "{filtered:?}"
+    );
+}
+
+#[test]
+fn tool_embeddings_are_cached_across_restarts() {
+    let config = hybrid_config();
+    let path = config.path.display().to_string();
+    let search = || {
+        let output = std::process::Command::new(mcpgw())
+            .args([
+                "search",
+                "convert a time between zones",
+                "--json",
+                "--config",
+                &path,
+            ])
+            .env("RUST_LOG", "info")
+            .output()
+            .expect("mcpgw search runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let hits: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
+        (hits, String::from_utf8_lossy(&output.stderr).into_owned())
+    };
+    let (first, first_log) = search();
+    assert_eq!(first[0]["name"], "time__convert_time", "{first:?}");
+    assert!(
+        first_log.contains("embedded=15") || first_log.contains("embedded=16"),
+        "{first_log}"
+    );
+    let (second, second_log) = search();
+    assert_eq!(first, second, "same ranking after a restart");
+    assert!(
+        !second_log.contains("tool embeddings ready"),
+        "nothing re-embedded on restart:\n{second_log}"
+    );
+}
+
+#[test]
+fn missing_model_degrades_to_bm25_and_says_so() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let config = hybrid_config();
+    let path = config.path.display().to_string();
+    // Every place the loader looks is empty.
+    let output = std::process::Command::new(mcpgw())
+        .args(["search", "convert time zone", "--json", "--config", &path])
+        .env("MCPGW_MODEL_DIR", scratch.path())
+        .env("XDG_CACHE_HOME", scratch.path())
+        .env("HF_HOME", scratch.path())
+        .env("HOME", scratch.path())
+        .output()
+        .expect("mcpgw search runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let hits: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(hits[0]["name"], "time__convert_time", "{hits:?}");
+    assert!(stderr.contains("no embedding model available"), "{stderr}");
+    assert!(stderr.contains("served BM25"), "{stderr}");
+}

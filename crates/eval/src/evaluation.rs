@@ -1,0 +1,475 @@
+//! Running one set: build the catalog as the gateway would, embed what vector strategies
+//! need (through the cache), search every query with every strategy, and measure.
+//!
+//! Timing rules: a search is timed around `Catalog::search_with` alone, with its query vector
+//! already computed, so BM25, vector and hybrid latencies compare the ranking work; embedding a
+//! query is measured separately, one query at a time as a live search would (batches are
+//! faster per text and would flatter it).
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use catalog::{Catalog, EmbeddingText, Filter, IndexOptions, SearchRequest, Strategy};
+use embed::{Embedder, TextKind};
+use retrieval::{Bm25Index, Hybrid};
+
+use crate::Error;
+use crate::cache::{CacheKey, EmbeddingCache};
+use crate::dataset::{Dataset, Query};
+use crate::metrics::{DEPTH, Metrics, percentile};
+use crate::report::{EmbeddingReport, Figures, Outcome, SetReport, StrategyReport, Subset};
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// In report order.
+    pub strategies: Vec<Strategy>,
+    pub hybrid: Hybrid,
+    /// Evaluate only the first N queries of each set.
+    pub limit: Option<usize>,
+    /// The lexical index, as the gateway would build it (or a variant being measured).
+    pub index: IndexOptions,
+    pub embedding_text: EmbeddingText,
+    /// Texts per embedding call.
+    pub batch_size: usize,
+    /// Queries embedded one at a time to measure query-embedding latency.
+    pub latency_sample: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            strategies: Strategy::ALL.to_vec(),
+            hybrid: Hybrid::default(),
+            limit: None,
+            index: IndexOptions::default(),
+            embedding_text: EmbeddingText::default(),
+            batch_size: 64,
+            latency_sample: 32,
+        }
+    }
+}
+
+/// Where progress goes (a progress bar in the CLI, nowhere in tests).
+pub trait Progress {
+    /// A new stage of `total` steps.
+    fn start(&self, label: &str, total: u64);
+    fn advance(&self, steps: u64);
+    fn finish(&self);
+}
+
+/// Progress that goes nowhere.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn start(&self, _: &str, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn finish(&self) {}
+}
+
+/// What vector strategies need: an embedder and a cache for its vectors.
+pub struct Semantic<'a> {
+    pub embedder: &'a dyn Embedder,
+    pub cache: &'a mut dyn EmbeddingCache,
+}
+
+/// Evaluates `set`. `semantic` is the embedder, or why there is none (vector strategies are
+/// then reported as skipped with that reason; BM25 runs regardless).
+pub async fn evaluate(
+    set: &Dataset,
+    options: &Options,
+    semantic: Result<Semantic<'_>, String>,
+    progress: &dyn Progress,
+) -> SetReport {
+    let started = Instant::now();
+    let (catalog, problems) = Catalog::build_with(&set.servers, &options.index);
+    let catalog_build = started.elapsed();
+    let bm25_build = bm25_build_time(&catalog, &options.index);
+    let mut warnings = set.warnings.clone();
+
+    let judged = judge(set, &catalog, options.limit);
+    if judged.unknown > 0 {
+        warnings.push(format!(
+            "{} relevant tools named in qrels.tsv are not in the catalog",
+            judged.unknown
+        ));
+    }
+
+    let needs_vectors = options.strategies.iter().any(|s| s.needs_vectors());
+    let mut embedding = None;
+    let vectors: Result<(Catalog, Vec<Vec<f32>>), String> = match semantic {
+        _ if !needs_vectors => Err("no vector strategy asked".to_string()),
+        Err(reason) => Err(reason),
+        Ok(semantic) => {
+            match embed_set(
+                &catalog,
+                &judged.queries,
+                options,
+                semantic,
+                progress,
+                &mut warnings,
+            )
+            .await
+            {
+                Ok((catalog, query_vectors, report)) => {
+                    embedding = Some(report);
+                    Ok((catalog, query_vectors))
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        }
+    };
+
+    let mut strategies = Vec::new();
+    for &strategy in &options.strategies {
+        let outcome = match (strategy.needs_vectors(), &vectors) {
+            (false, _) => Outcome::Ok(run(
+                set,
+                &catalog,
+                None,
+                strategy,
+                &judged.queries,
+                options,
+                progress,
+            )),
+            (true, Ok((catalog, query_vectors))) => Outcome::Ok(run(
+                set,
+                catalog,
+                Some(query_vectors),
+                strategy,
+                &judged.queries,
+                options,
+                progress,
+            )),
+            (true, Err(reason)) => Outcome::Skipped {
+                reason: reason.clone(),
+            },
+        };
+        strategies.push(StrategyReport { strategy, outcome });
+    }
+    progress.finish();
+
+    SetReport {
+        set: set.name.clone(),
+        path: set.path.display().to_string(),
+        servers: catalog.servers().len(),
+        tools: catalog.len(),
+        problems: problems.iter().map(ToString::to_string).collect(),
+        warnings,
+        queries: judged.queries.len(),
+        queries_without_relevant: judged.without_relevant,
+        unknown_relevant_tools: judged.unknown,
+        catalog_build_ms: millis(catalog_build),
+        bm25_build_ms: millis(bm25_build),
+        embedding,
+        strategies,
+    }
+}
+
+/// The queries to evaluate, each with its relevant tools as qualified names.
+struct Judged<'a> {
+    queries: Vec<(&'a Query, HashSet<String>)>,
+    without_relevant: usize,
+    unknown: usize,
+}
+
+fn judge<'a>(set: &'a Dataset, catalog: &Catalog, limit: Option<usize>) -> Judged<'a> {
+    let qualified: HashMap<(&str, &str), &str> = catalog
+        .tools()
+        .iter()
+        .map(|tool| {
+            (
+                (tool.server.as_str(), tool.upstream_name.as_str()),
+                tool.qualified.as_str(),
+            )
+        })
+        .collect();
+    let mut judged = Judged {
+        queries: Vec::new(),
+        without_relevant: 0,
+        unknown: 0,
+    };
+    for query in set.queries.iter().take(limit.unwrap_or(usize::MAX)) {
+        let mut relevant = HashSet::new();
+        for tool in set.qrels.get(&query.id).into_iter().flatten() {
+            let name = set
+                .server_names
+                .get(&tool.server)
+                .and_then(|server| qualified.get(&(server.as_str(), tool.tool.as_str())));
+            match name {
+                Some(name) => {
+                    relevant.insert(name.to_string());
+                }
+                None => judged.unknown += 1,
+            }
+        }
+        if relevant.is_empty() {
+            judged.without_relevant += 1;
+        } else {
+            judged.queries.push((query, relevant));
+        }
+    }
+    judged
+}
+
+/// Median of five builds of the BM25 index alone, from the catalog's own documents.
+fn bm25_build_time(catalog: &Catalog, options: &IndexOptions) -> Duration {
+    let documents = catalog.search_documents();
+    let mut times: Vec<Duration> = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            let index = Bm25Index::build_with(&documents, &options.bm25, options.analyzer.clone());
+            let elapsed = started.elapsed();
+            drop(index);
+            elapsed
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Tool vectors attached to a copy of `catalog`, one vector per query, and how it went.
+async fn embed_set(
+    catalog: &Catalog,
+    queries: &[(&Query, HashSet<String>)],
+    options: &Options,
+    semantic: Semantic<'_>,
+    progress: &dyn Progress,
+    warnings: &mut Vec<String>,
+) -> Result<(Catalog, Vec<Vec<f32>>, EmbeddingReport), Error> {
+    let Semantic { embedder, cache } = semantic;
+    let texts = catalog.embedding_texts_with(&options.embedding_text);
+    let tools = embed_cached(
+        embedder,
+        cache,
+        &texts,
+        TextKind::Passage,
+        options.batch_size,
+        progress,
+        warnings,
+    )
+    .await?;
+
+    let started = Instant::now();
+    let with_vectors = catalog
+        .clone()
+        .with_vectors(embedder.id().to_string(), tools.vectors)
+        .map_err(Error::Vectors)?;
+    let vector_build = started.elapsed();
+
+    let query_texts: Vec<String> = queries
+        .iter()
+        .map(|(query, _)| query.text.clone())
+        .collect();
+    let embedded = embed_cached(
+        embedder,
+        cache,
+        &query_texts,
+        TextKind::Query,
+        options.batch_size,
+        progress,
+        warnings,
+    )
+    .await?;
+
+    // One query at a time, uncached: what a live `search_tools` call pays before ranking.
+    let sample = &query_texts[..query_texts.len().min(options.latency_sample)];
+    progress.start("query embedding latency", sample.len() as u64);
+    let mut single = Vec::with_capacity(sample.len());
+    for text in sample {
+        let started = Instant::now();
+        embedder
+            .embed(std::slice::from_ref(text), TextKind::Query)
+            .await?;
+        single.push(millis(started.elapsed()));
+        progress.advance(1);
+    }
+
+    let report = EmbeddingReport {
+        model: embedder.id().to_string(),
+        dim: embedder.dim(),
+        tools: texts.len(),
+        tools_cached: tools.cached,
+        tools_embed_ms: millis(tools.elapsed),
+        queries: embedded.distinct,
+        queries_cached: embedded.cached,
+        queries_embed_ms: millis(embedded.elapsed),
+        query_embed_p50_ms: percentile(&single, 0.5).map(round3),
+        query_embed_sample: single.len(),
+        vector_build_ms: millis(vector_build),
+    };
+    Ok((with_vectors, embedded.vectors, report))
+}
+
+/// Vectors of some texts, and how many came from the cache.
+struct Embedded {
+    /// One per text, in order.
+    vectors: Vec<Vec<f32>>,
+    /// Distinct texts.
+    distinct: usize,
+    /// Distinct texts found in the cache.
+    cached: usize,
+    /// Time spent embedding the others.
+    elapsed: Duration,
+}
+
+/// Flush the cache after this many new vectors, so an interrupted run keeps most of its work.
+const FLUSH_EVERY: usize = 2048;
+
+/// Embeds `texts` in batches, taking what it can from `cache` and adding the rest. A cache
+/// that cannot be written is a warning, not a failure: the run goes on from memory.
+async fn embed_cached(
+    embedder: &dyn Embedder,
+    cache: &mut dyn EmbeddingCache,
+    texts: &[String],
+    kind: TextKind,
+    batch_size: usize,
+    progress: &dyn Progress,
+    warnings: &mut Vec<String>,
+) -> Result<Embedded, Error> {
+    let keys: Vec<CacheKey> = texts
+        .iter()
+        .map(|t| CacheKey::new(embedder.id(), kind, t))
+        .collect();
+    let mut distinct = HashSet::new();
+    let mut missing = Vec::new();
+    for (at, key) in keys.iter().enumerate() {
+        if distinct.insert(*key) && cache.get(key).is_none() {
+            missing.push(at);
+        }
+    }
+    let label = match kind {
+        TextKind::Query => "embedding queries",
+        TextKind::Passage => "embedding tools",
+    };
+    progress.start(label, missing.len() as u64);
+    let started = Instant::now();
+    let mut unflushed = 0;
+    for chunk in missing.chunks(batch_size.max(1)) {
+        let batch: Vec<String> = chunk.iter().map(|&at| texts[at].clone()).collect();
+        let vectors = embedder.embed(&batch, kind).await?;
+        if vectors.len() != batch.len() {
+            return Err(Error::Embed(embed::EmbedError::Model(format!(
+                "{} vectors for {} texts",
+                vectors.len(),
+                batch.len()
+            ))));
+        }
+        for (&at, vector) in chunk.iter().zip(vectors) {
+            cache.put(keys[at], vector);
+        }
+        progress.advance(chunk.len() as u64);
+        unflushed += chunk.len();
+        if unflushed >= FLUSH_EVERY {
+            flush(cache, warnings);
+            unflushed = 0;
+        }
+    }
+    let elapsed = started.elapsed();
+    flush(cache, warnings);
+    let vectors = keys
+        .iter()
+        .map(|key| cache.get(key).map(<[f32]>::to_vec))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            Error::Embed(embed::EmbedError::Model(
+                "a vector went missing from the cache".into(),
+            ))
+        })?;
+    Ok(Embedded {
+        vectors,
+        distinct: distinct.len(),
+        cached: distinct.len() - missing.len(),
+        elapsed,
+    })
+}
+
+/// Searches every query with `strategy` and scores the rankings.
+fn run(
+    set: &Dataset,
+    catalog: &Catalog,
+    query_vectors: Option<&[Vec<f32>]>,
+    strategy: Strategy,
+    queries: &[(&Query, HashSet<String>)],
+    options: &Options,
+    progress: &dyn Progress,
+) -> Figures {
+    progress.start(&format!("{} {strategy}", set.name), queries.len() as u64);
+    let filter = Filter::default();
+    let mut metrics = Vec::with_capacity(queries.len());
+    let mut latencies = Vec::with_capacity(queries.len());
+    let mut degraded = 0;
+    for (at, (query, relevant)) in queries.iter().enumerate() {
+        let request = SearchRequest {
+            queries: std::slice::from_ref(&query.text),
+            query_vectors: query_vectors
+                .and_then(|all| all.get(at))
+                .map(std::slice::from_ref),
+            strategy,
+            hybrid: options.hybrid.clone(),
+            top_k: DEPTH,
+            filter: &filter,
+        };
+        let started = Instant::now();
+        let outcome = catalog.search_with(&request);
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+        degraded += usize::from(outcome.degraded.is_some());
+        let ranking: Vec<&str> = outcome
+            .hits
+            .iter()
+            .map(|hit| hit.tool.qualified.as_str())
+            .collect();
+        metrics.push(Metrics::of(&ranking, relevant));
+        if at % 256 == 255 {
+            progress.advance(256);
+        }
+    }
+    progress.advance((queries.len() % 256) as u64);
+
+    let mut by_relevant_count = Vec::new();
+    for (label, range) in [("1", 1..=1), ("2", 2..=2), ("3+", 3..=usize::MAX)] {
+        let subset: Vec<Metrics> = queries
+            .iter()
+            .zip(&metrics)
+            .filter(|((_, relevant), _)| range.contains(&relevant.len()))
+            .map(|(_, m)| *m)
+            .collect();
+        if !subset.is_empty() {
+            by_relevant_count.push(Subset {
+                relevant: label.to_string(),
+                queries: subset.len(),
+                metrics: Metrics::mean(&subset).percent(),
+            });
+        }
+    }
+    Figures {
+        metrics: Metrics::mean(&metrics).percent(),
+        search_p50_us: percentile(&latencies, 0.5).map_or(0.0, round1),
+        search_p99_us: percentile(&latencies, 0.99).map_or(0.0, round1),
+        degraded,
+        by_relevant_count,
+    }
+}
+
+/// Saves the cache; a failure becomes one warning.
+fn flush(cache: &mut dyn EmbeddingCache, warnings: &mut Vec<String>) {
+    if let Err(error) = cache.flush() {
+        let warning = format!("embedding cache not saved: {error}");
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
+}
+
+fn millis(duration: Duration) -> f64 {
+    round3(duration.as_secs_f64() * 1e3)
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

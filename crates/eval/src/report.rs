@@ -1,0 +1,123 @@
+//! What an evaluation reports, as data: the `--json` document and the source of the table.
+//!
+//! Metrics are x100 with one decimal (see [`crate::Metrics::percent`]); times are wall-clock,
+//! in milliseconds for builds and embedding and in microseconds for a search.
+
+use serde::Serialize;
+
+use catalog::Strategy;
+
+use crate::metrics::Metrics;
+
+/// Every set of one `mcpgw eval` run, with the settings that produced it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub settings: Settings,
+    pub sets: Vec<SetReport>,
+}
+
+/// The knobs of a run, so a JSON report says what it measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub strategies: Vec<Strategy>,
+    /// The embedding model asked for (`None` when only BM25 ran).
+    pub model: Option<String>,
+    pub balance: u8,
+    pub min_similarity: Option<f32>,
+    /// Only the first N queries of each set, when set.
+    pub limit: Option<usize>,
+    /// The BM25 parameters and analyzer options, in words (`k1=1.2 b=0.75 stemming stop-words`).
+    pub bm25: String,
+    /// What the tool embedding text holds besides the tool (`tool`, `tool+server`, ...).
+    pub embedding_text: String,
+}
+
+/// One set, every strategy.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetReport {
+    pub set: String,
+    pub path: String,
+    pub servers: usize,
+    pub tools: usize,
+    /// Tools the catalog skipped (as it would for a live server).
+    pub problems: Vec<String>,
+    /// Renamed servers, unresolvable qrels, cache trouble.
+    pub warnings: Vec<String>,
+    /// Queries evaluated: the first `limit` of the file that have at least one relevant tool
+    /// in the catalog.
+    pub queries: usize,
+    /// Queries (within the limit) left out because no relevant tool is known for them.
+    pub queries_without_relevant: usize,
+    /// Qrels rows (within the limit) naming a tool the catalog does not have.
+    pub unknown_relevant_tools: usize,
+    /// `Catalog::build` as a whole: naming, schema resolution, token costs, BM25.
+    pub catalog_build_ms: f64,
+    /// The BM25 index alone (median of 5 builds).
+    pub bm25_build_ms: f64,
+    /// Absent when no strategy needed vectors, or they could not be made.
+    pub embedding: Option<EmbeddingReport>,
+    pub strategies: Vec<StrategyReport>,
+}
+
+/// How the vectors were made.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbeddingReport {
+    /// The embedder's id, e.g. `local/all-MiniLM-L6-v2`.
+    pub model: String,
+    pub dim: usize,
+    pub tools: usize,
+    /// Tool texts found in the cache (not embedded again).
+    pub tools_cached: usize,
+    /// Time to embed the tool texts that were not cached.
+    pub tools_embed_ms: f64,
+    /// Distinct query texts.
+    pub queries: usize,
+    pub queries_cached: usize,
+    /// Time to embed the query texts that were not cached, in batches.
+    pub queries_embed_ms: f64,
+    /// Median time to embed one query on its own, as a live search does (never cached).
+    pub query_embed_p50_ms: Option<f64>,
+    /// How many queries that median is over.
+    pub query_embed_sample: usize,
+    /// Building the vector index from the tool vectors.
+    pub vector_build_ms: f64,
+}
+
+/// One strategy on one set.
+#[derive(Debug, Clone, Serialize)]
+pub struct StrategyReport {
+    pub strategy: Strategy,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Figures, or why there are none.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum Outcome {
+    Ok(Figures),
+    Skipped { reason: String },
+}
+
+/// The figures of one strategy on one set.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    /// Macro-averaged over the evaluated queries, x100.
+    pub metrics: Metrics,
+    /// Search only (query vectors are computed before timing starts).
+    pub search_p50_us: f64,
+    pub search_p99_us: f64,
+    /// Searches that did not run as asked (should be 0: a vector strategy only runs with
+    /// vectors).
+    pub degraded: usize,
+    /// The same metrics by number of relevant tools per query (`1`, `2`, `3+`).
+    pub by_relevant_count: Vec<Subset>,
+}
+
+/// Queries with the same number of relevant tools.
+#[derive(Debug, Clone, Serialize)]
+pub struct Subset {
+    pub relevant: String,
+    pub queries: usize,
+    pub metrics: Metrics,
+}

@@ -1,0 +1,261 @@
+//! End-to-end runs of `eval::evaluate` on a small set written to a temporary folder, with a
+//! deterministic stand-in embedder.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use catalog::Strategy;
+use embed::{EmbedError, Embedder, TextKind};
+use eval::{
+    Dataset, FileCache, MemoryCache, Options, Outcome, Semantic, SetReport, Silent, evaluate,
+};
+use expect_test::expect;
+use futures::future::BoxFuture;
+
+/// Bag of words hashed into 32 dimensions, with a few synonyms folded together, so "sum"
+/// lands near "add" although no term is shared. Counts the texts it embeds.
+struct WordEmbedder {
+    texts: AtomicUsize,
+}
+
+impl WordEmbedder {
+    fn new() -> WordEmbedder {
+        WordEmbedder {
+            texts: AtomicUsize::new(0),
+        }
+    }
+
+    fn vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0.0; 32];
+        for word in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+        {
+            let word = word.to_lowercase();
+            let word = match word.as_str() {
+                "sum" | "total" | "plus" => "add",
+                "climate" | "rain" => "weather",
+                other => other,
+            };
+            let hash = word.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+            v[(hash % 32) as usize] += 1.0;
+        }
+        v
+    }
+}
+
+impl Embedder for WordEmbedder {
+    fn id(&self) -> &str {
+        "test/words"
+    }
+
+    fn dim(&self) -> usize {
+        32
+    }
+
+    fn embed<'a>(
+        &'a self,
+        texts: &'a [String],
+        _: TextKind,
+    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, EmbedError>> {
+        self.texts.fetch_add(texts.len(), Ordering::SeqCst);
+        Box::pin(async move { Ok(texts.iter().map(|t| WordEmbedder::vector(t)).collect()) })
+    }
+}
+
+fn write_set(dir: &Path) {
+    let tools = r#"[
+      {"server": "Math Tools", "description": "Arithmetic", "tools": [
+        {"name": "add", "description": "Add two numbers", "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}},
+        {"name": "multiply", "description": "Multiply two numbers", "inputSchema": {"type": "object"}}
+      ]},
+      {"server": "Weather", "tools": [
+        {"name": "get_forecast", "description": "Weather forecast for a city", "inputSchema": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {"name": "broken"}
+      ]}
+    ]"#;
+    fs::write(dir.join("tools.json"), tools).expect("write tools");
+    let queries = [
+        r#"{"id": "q1", "text": "multiply numbers"}"#,
+        r#"{"id": "q2", "text": "weather forecast for Paris"}"#,
+        r#"{"id": "q3", "text": "sum"}"#,
+        r#"{"id": "q4", "text": "no labels for me"}"#,
+        r#"{"id": "q5", "text": "add numbers and the forecast"}"#,
+    ];
+    fs::write(dir.join("queries.jsonl"), queries.join("\n")).expect("write queries");
+    let qrels = "query_id\tserver\ttool\trelevance\n\
+        q1\tMath Tools\tmultiply\t1\n\
+        q2\tWeather\tget_forecast\t1\n\
+        q3\tMath Tools\tadd\t1\n\
+        q4\tNowhere\tnothing\t1\n\
+        q5\tMath Tools\tadd\t1\n\
+        q5\tWeather\tget_forecast\t1\n";
+    fs::write(dir.join("qrels.tsv"), qrels).expect("write qrels");
+}
+
+fn summary(report: &SetReport) -> String {
+    let mut lines = vec![format!(
+        "{}: {} servers, {} tools, {} queries ({} without relevant, {} unknown qrels), {} problems",
+        report.set,
+        report.servers,
+        report.tools,
+        report.queries,
+        report.queries_without_relevant,
+        report.unknown_relevant_tools,
+        report.problems.len()
+    )];
+    for strategy in &report.strategies {
+        lines.push(match &strategy.outcome {
+            Outcome::Ok(figures) => {
+                let m = figures.metrics;
+                format!(
+                    "{}: ndcg@10 {} r@5 {} r@10 {} mrr@10 {} comp@5 {} degraded {}",
+                    strategy.strategy,
+                    m.ndcg_at_10,
+                    m.recall_at_5,
+                    m.recall_at_10,
+                    m.mrr_at_10,
+                    m.comp_at_5,
+                    figures.degraded
+                )
+            }
+            Outcome::Skipped { reason } => format!("{}: skipped: {reason}", strategy.strategy),
+        });
+    }
+    lines.join("\n")
+}
+
+#[test]
+fn bm25_runs_and_vector_strategies_are_skipped_without_a_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let report = futures::executor::block_on(evaluate(
+        &set,
+        &Options::default(),
+        Err("model 'all-MiniLM-L6-v2' not found".to_string()),
+        &Silent,
+    ));
+    // q3 ("sum") shares no term with `add`: BM25 misses it. q5 needs both tools: found.
+    let name = report.set.clone();
+    expect![[r#"
+        NAME: 2 servers, 3 tools, 4 queries (1 without relevant, 1 unknown qrels), 1 problems
+        bm25: ndcg@10 75 r@5 75 r@10 75 mrr@10 75 comp@5 75 degraded 0
+        vector: skipped: model 'all-MiniLM-L6-v2' not found
+        hybrid: skipped: model 'all-MiniLM-L6-v2' not found"#]]
+    .assert_eq(&summary(&report).replace(&name, "NAME"));
+    assert!(report.embedding.is_none());
+    assert!(
+        report
+            .warnings
+            .iter()
+            .any(|w| w.contains("renamed to `Math-Tools`")),
+        "{:?}",
+        report.warnings
+    );
+}
+
+#[test]
+fn hybrid_recovers_the_query_bm25_misses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let embedder = WordEmbedder::new();
+    let mut cache = MemoryCache::default();
+    let semantic = Semantic {
+        embedder: &embedder,
+        cache: &mut cache,
+    };
+    let report =
+        futures::executor::block_on(evaluate(&set, &Options::default(), Ok(semantic), &Silent));
+    let summary = summary(&report);
+    let hybrid = summary
+        .lines()
+        .find(|l| l.starts_with("hybrid"))
+        .expect("hybrid line");
+    assert!(hybrid.contains("r@10 100 "), "{summary}");
+    let embedding = report.embedding.expect("embedded");
+    assert_eq!(
+        (embedding.model.as_str(), embedding.dim),
+        ("test/words", 32)
+    );
+    assert_eq!((embedding.tools, embedding.tools_cached), (3, 0));
+    assert_eq!((embedding.queries, embedding.queries_cached), (4, 0));
+    assert_eq!(embedding.query_embed_sample, 4);
+}
+
+#[test]
+fn second_run_takes_every_vector_from_the_file_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache_dir = tempfile::tempdir().expect("cache dir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let options = Options {
+        latency_sample: 0,
+        ..Options::default()
+    };
+    let run = |embedder: &WordEmbedder| {
+        let mut cache =
+            FileCache::open(cache_dir.path(), embedder.id(), &set.name).expect("cache opens");
+        let semantic = Semantic {
+            embedder,
+            cache: &mut cache,
+        };
+        futures::executor::block_on(evaluate(&set, &options, Ok(semantic), &Silent))
+    };
+    let first = WordEmbedder::new();
+    let cold = run(&first);
+    assert_eq!(first.texts.load(Ordering::SeqCst), 3 + 4);
+    let second = WordEmbedder::new();
+    let warm = run(&second);
+    assert_eq!(second.texts.load(Ordering::SeqCst), 0);
+    let embedding = warm.embedding.as_ref().expect("embedded");
+    assert_eq!((embedding.tools_cached, embedding.queries_cached), (3, 4));
+    assert_eq!(summary(&cold), summary(&warm));
+}
+
+#[test]
+fn limit_takes_the_first_queries_of_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let options = Options {
+        strategies: vec![Strategy::Bm25],
+        limit: Some(2),
+        ..Options::default()
+    };
+    let report =
+        futures::executor::block_on(evaluate(&set, &options, Err("unused".into()), &Silent));
+    assert_eq!(report.queries, 2);
+    assert_eq!(report.strategies.len(), 1);
+    let name = report.set.clone();
+    expect![[r#"
+        NAME: 2 servers, 3 tools, 2 queries (0 without relevant, 0 unknown qrels), 1 problems
+        bm25: ndcg@10 100 r@5 100 r@10 100 mrr@10 100 comp@5 100 degraded 0"#]]
+    .assert_eq(&summary(&report).replace(&name, "NAME"));
+}
+
+#[test]
+fn json_report_marks_skipped_strategies_with_a_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let options = Options {
+        strategies: vec![Strategy::Bm25, Strategy::Vector],
+        limit: Some(1),
+        ..Options::default()
+    };
+    let report =
+        futures::executor::block_on(evaluate(&set, &options, Err("no model".into()), &Silent));
+    let json = serde_json::to_value(&report).expect("serialises");
+    let strategies = &json["strategies"];
+    assert_eq!(strategies[0]["status"], "ok");
+    assert_eq!(strategies[0]["strategy"], "bm25");
+    assert_eq!(strategies[0]["metrics"]["ndcg_at_10"], 100.0);
+    assert_eq!(strategies[0]["by_relevant_count"][0]["relevant"], "1");
+    expect![[r#"{"reason":"no model","status":"skipped","strategy":"vector"}"#]]
+        .assert_eq(&strategies[1].to_string());
+}

@@ -1,0 +1,150 @@
+//! The semantic half of search: the configured embedder, the embedding cache in the store, and
+//! attaching tool vectors to a catalog snapshot.
+//!
+//! Nothing here may stop the gateway: no model, a broken model file, an unreachable embedding
+//! endpoint or a broken database each leave search running on BM25, with one warning saying
+//! why (see DESIGN.md section 2).
+
+use std::sync::Arc;
+
+use catalog::Catalog;
+use embed::{EmbedError, Embedder, TextKind};
+use secrecy::SecretString;
+use store::{Store, TextHash, text_hash};
+
+/// The embedder and, when the database opened, its cache.
+pub struct Semantic {
+    embedder: Arc<dyn Embedder>,
+    store: Option<Store>,
+}
+
+impl Semantic {
+    /// Loads the configured embedder, or explains (once, in the log) why search stays lexical.
+    pub async fn load(config: &config::RetrievalConfig, store: Option<Store>) -> Option<Semantic> {
+        let wants_vectors = config.strategy != config::Strategy::Bm25;
+        if !wants_vectors {
+            // BM25 needs no model: do not spend the memory or the start-up time.
+            return None;
+        }
+        let embedder: Result<Arc<dyn Embedder>, String> = match &config.embedder {
+            config::EmbedderConfig::None => {
+                tracing::warn!(
+                    strategy = ?config.strategy,
+                    "no embedder configured ([retrieval.embedder] type = \"none\"); searching with BM25 only"
+                );
+                return None;
+            }
+            config::EmbedderConfig::Local { model, path } => {
+                let model = model.clone();
+                let path = path.clone();
+                // Loading reads and verifies ~100 MB: keep it off the async threads.
+                tokio::task::spawn_blocking(move || {
+                    let kind: embed::local::LocalModel = model
+                        .parse()
+                        .map_err(|e: embed::local::UnknownModel| e.to_string())?;
+                    embed::local::load(kind, path.as_deref()).map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")))
+            }
+            config::EmbedderConfig::Remote(remote) => {
+                let api_key = match &remote.api_key_env {
+                    None => None,
+                    Some(var) => match std::env::var(var) {
+                        Ok(value) if !value.is_empty() => Some(SecretString::from(value)),
+                        _ => {
+                            tracing::warn!(
+                                variable = %var,
+                                "the embedding API key variable is not set; searching with BM25 only"
+                            );
+                            return None;
+                        }
+                    },
+                };
+                let mut remote_config =
+                    embed::remote::RemoteConfig::new(remote.base_url.clone(), remote.model.clone());
+                remote_config.api_key = api_key;
+                remote_config.batch_size = remote.batch_size;
+                remote_config.timeout = remote.timeout;
+                remote_config.retries = remote.retries;
+                remote_config.dimensions = remote.dimensions;
+                embed::remote::RemoteEmbedder::connect(remote_config, reqwest::Client::new())
+                    .await
+                    .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+                    .map_err(|e| e.to_string())
+            }
+        };
+        match embedder {
+            Ok(embedder) => {
+                tracing::info!(model = embedder.id(), "semantic search enabled");
+                Some(Semantic { embedder, store })
+            }
+            Err(reason) => {
+                tracing::warn!(%reason, "no embedding model available; searching with BM25 only (run scripts/fetch-models.sh to install the default model)");
+                None
+            }
+        }
+    }
+
+    pub fn model_id(&self) -> &str {
+        self.embedder.id()
+    }
+
+    /// One vector per catalog tool, from the cache where possible; only new or changed tool
+    /// texts are embedded, and they are cached for the next start.
+    pub async fn tool_vectors(&self, catalog: &Catalog) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let texts = catalog.embedding_texts();
+        let hashes: Vec<TextHash> = texts.iter().map(|t| text_hash(t)).collect();
+        let model = self.embedder.id().to_owned();
+        let mut cached = match &self.store {
+            Some(store) => store
+                .cached_embeddings(&model, &hashes)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "embedding cache unreadable; embedding everything");
+                    Default::default()
+                }),
+            None => Default::default(),
+        };
+        let missing: Vec<usize> = (0..texts.len())
+            .filter(|&i| !cached.contains_key(&hashes[i]))
+            .collect();
+        if !missing.is_empty() {
+            let started = std::time::Instant::now();
+            let batch: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
+            let vectors = self.embedder.embed(&batch, TextKind::Passage).await?;
+            tracing::info!(
+                model = %model,
+                embedded = missing.len(),
+                cached = texts.len() - missing.len(),
+                ms = started.elapsed().as_millis() as u64,
+                "tool embeddings ready"
+            );
+            let fresh: Vec<(TextHash, Vec<f32>)> = missing
+                .iter()
+                .zip(vectors)
+                .map(|(&i, v)| (hashes[i], v))
+                .collect();
+            if let Some(store) = &self.store
+                && let Err(error) = store.put_embeddings(&model, &fresh).await
+            {
+                tracing::warn!(%error, "could not cache embeddings");
+            }
+            cached.extend(fresh);
+        }
+        hashes
+            .iter()
+            .map(|h| {
+                cached
+                    .get(h)
+                    .cloned()
+                    .ok_or_else(|| EmbedError::Model("an embedding went missing".to_owned()))
+            })
+            .collect()
+    }
+
+    /// Vectors for search queries.
+    pub async fn query_vectors(&self, queries: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embedder.embed(queries, TextKind::Query).await
+    }
+}

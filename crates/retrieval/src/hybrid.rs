@@ -1,0 +1,477 @@
+//! Hybrid ranking: weighted reciprocal rank fusion (RRF) of full-depth ranked lists.
+//!
+//! A document at rank `r` (1-based) in a list of weight `w` contributes `w / (RRF_K + r)`;
+//! contributions add up over lists. Ranks rather than scores are fused because BM25 scores
+//! and cosine similarities live on unrelated scales. The inputs must be full depth (every
+//! match, not a top k): cutting a list first would hide a document that ranks low in one
+//! list and high in the other, and so change the fused order (DESIGN.md section 2).
+//!
+//! [`Hybrid`] is the policy on top: a balance between the lexical and the semantic list
+//! (Rocket.Chat's "search balance": 0 lexical only, 100 semantic only), and a minimum
+//! similarity that drops weak vector hits but never a lexical one.
+//!
+//! `k` is fixed at 60, the value of Cormack et al. (2009) that most systems use: one knob
+//! less to drift, and the balance already says how much each list counts.
+
+use crate::bm25::Hit;
+use crate::document::DocId;
+
+/// The RRF constant `k`: it flattens the head of each list so a first place does not
+/// outweigh everything else.
+pub const RRF_K: f32 = 60.0;
+
+/// Fuses ranked lists by weighted RRF: `score(d) = sum of w / (RRF_K + rank)` over the lists
+/// containing `d`, ranks starting at 1. Sorted by fused score descending, ties by `key`
+/// ascending, then by [`DocId`].
+///
+/// A list whose weight is not finite and positive is ignored entirely: its documents are not
+/// added, so weight 0 means "this list is off", not "its documents score 0". A document that
+/// repeats within one list counts once, at its first (best) rank. Input scores are not read.
+pub fn fuse<'k>(lists: &[(&[Hit], f32)], key: &dyn Fn(DocId) -> &'k str) -> Vec<Hit> {
+    let lists: Vec<(&[Hit], f64)> = lists
+        .iter()
+        .filter(|(_, weight)| weight.is_finite() && *weight > 0.0)
+        .map(|&(list, weight)| (list, f64::from(weight)))
+        .collect();
+    let total: usize = lists.iter().map(|(list, _)| list.len()).sum();
+    let mut slots = Slots::new(&lists, total);
+    // (doc, fused score, last list that contributed); sums in f64, in list order, so the
+    // result is deterministic and rounded once.
+    let mut fused: Vec<(DocId, f64, usize)> = Vec::with_capacity(total);
+    for (at_list, &(list, weight)) in lists.iter().enumerate() {
+        for (at, hit) in list.iter().enumerate() {
+            let contribution = weight / (f64::from(RRF_K) + (at + 1) as f64);
+            match slots.get(hit.doc) {
+                Some(i) => {
+                    let entry = &mut fused[i];
+                    if entry.2 != at_list {
+                        entry.1 += contribution;
+                        entry.2 = at_list;
+                    }
+                }
+                None => {
+                    slots.set(hit.doc, fused.len());
+                    fused.push((hit.doc, contribution, at_list));
+                }
+            }
+        }
+    }
+    let mut hits: Vec<Hit> = fused
+        .into_iter()
+        .map(|(doc, score, _)| Hit {
+            doc,
+            score: score as f32,
+        })
+        .collect();
+    hits.sort_unstable_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| key(a.doc).cmp(key(b.doc)))
+            .then(a.doc.cmp(&b.doc))
+    });
+    hits
+}
+
+/// Where each document's entry is in the fused list: a dense table when document ids are
+/// small (they are positions in a catalog, so they are), a map otherwise, so a stray huge id
+/// cannot make fusion allocate gigabytes.
+enum Slots {
+    Dense(Vec<u32>),
+    Sparse(std::collections::HashMap<DocId, usize>),
+}
+
+impl Slots {
+    fn new(lists: &[(&[Hit], f64)], total: usize) -> Slots {
+        let max = lists
+            .iter()
+            .flat_map(|(list, _)| list.iter().map(|hit| hit.doc as usize))
+            .max();
+        match max {
+            Some(max) if max <= total.saturating_mul(4).saturating_add(1024) => {
+                Slots::Dense(vec![u32::MAX; max + 1])
+            }
+            _ => Slots::Sparse(std::collections::HashMap::with_capacity(total)),
+        }
+    }
+
+    fn get(&self, doc: DocId) -> Option<usize> {
+        match self {
+            Slots::Dense(table) => match table.get(doc as usize) {
+                Some(&slot) if slot != u32::MAX => Some(slot as usize),
+                _ => None,
+            },
+            Slots::Sparse(map) => map.get(&doc).copied(),
+        }
+    }
+
+    fn set(&mut self, doc: DocId, slot: usize) {
+        match self {
+            Slots::Dense(table) => {
+                if let Some(entry) = table.get_mut(doc as usize) {
+                    // `total` bounds the number of entries, and it fits the table's u32s
+                    // because catalogs hold at most u32::MAX documents.
+                    *entry = u32::try_from(slot).unwrap_or(u32::MAX);
+                }
+            }
+            Slots::Sparse(map) => {
+                map.insert(doc, slot);
+            }
+        }
+    }
+}
+
+/// How a lexical (BM25) and a semantic (vector) ranking are combined.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hybrid {
+    /// 0..=100: 0 serves the lexical list only, 100 the semantic list only; in between the
+    /// semantic list has weight `balance / 100` and the lexical list the rest. Values above
+    /// 100 count as 100.
+    pub balance: u8,
+    /// Vector hits with a cosine similarity below this are dropped before fusion. Lexical hits
+    /// are never dropped: an exact term match (an error code, a tool name) stays findable
+    /// however far its embedding is from the query's.
+    pub min_similarity: Option<f32>,
+}
+
+impl Default for Hybrid {
+    fn default() -> Self {
+        Hybrid {
+            balance: 50,
+            min_similarity: None,
+        }
+    }
+}
+
+impl Hybrid {
+    /// The vector hits that pass [`Hybrid::min_similarity`], in their order. A NaN minimum
+    /// drops nothing.
+    pub fn strong<'a>(&self, vector: &'a [Hit]) -> std::borrow::Cow<'a, [Hit]> {
+        match self.min_similarity {
+            Some(min) if !min.is_nan() => vector
+                .iter()
+                .copied()
+                .filter(|hit| hit.score >= min)
+                .collect(),
+            _ => std::borrow::Cow::Borrowed(vector),
+        }
+    }
+
+    /// The hybrid ranking of one query from its full-depth BM25 and vector rankings.
+    ///
+    /// At balance 0 this is exactly `bm25`; at 100 exactly the strong vector hits. When one
+    /// side is empty (no shared term, every vector hit too weak, or that search failed and the
+    /// caller passed nothing) the other side is served as is, scores included; otherwise the
+    /// scores are fused RRF scores.
+    pub fn fuse<'k>(
+        &self,
+        bm25: &[Hit],
+        vector: &[Hit],
+        key: &dyn Fn(DocId) -> &'k str,
+    ) -> Vec<Hit> {
+        let vector = self.strong(vector);
+        let semantic = f32::from(self.balance.min(100)) / 100.0;
+        if self.balance == 0 || vector.is_empty() {
+            return bm25.to_vec();
+        }
+        if self.balance >= 100 || bm25.is_empty() {
+            return vector.into_owned();
+        }
+        fuse(&[(bm25, 1.0 - semantic), (&vector, semantic)], key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const KEYS: &[&str] = &["A", "B", "C", "D", "E", "F", "G", "H", "I", "J"];
+
+    fn key(doc: DocId) -> &'static str {
+        KEYS.get(doc as usize).copied().unwrap_or("")
+    }
+
+    fn list(docs: &[DocId]) -> Vec<Hit> {
+        docs.iter()
+            .enumerate()
+            .map(|(at, &doc)| Hit {
+                doc,
+                score: 100.0 - at as f32,
+            })
+            .collect()
+    }
+
+    fn names(hits: &[Hit]) -> String {
+        hits.iter()
+            .map(|hit| key(hit.doc))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    const A: DocId = 0;
+    const B: DocId = 1;
+    const C: DocId = 2;
+
+    #[test]
+    fn three_tool_example_matches_the_design_notes() {
+        // seeds/001: BM25 finds A then B; the vector search ranks C (no shared term) first,
+        // then A and B. Unweighted RRF gives A 1/61 + 1/62, B 1/62 + 1/63, C 1/61.
+        let bm25 = list(&[A, B]);
+        let vector = list(&[C, A, B]);
+        let fused = fuse(&[(&bm25, 1.0), (&vector, 1.0)], &key);
+        assert_eq!(names(&fused), "A B C");
+        let expected = [1.0 / 61.0 + 1.0 / 62.0, 1.0 / 62.0 + 1.0 / 63.0, 1.0 / 61.0];
+        for (hit, expected) in fused.iter().zip(expected) {
+            assert!((f64::from(hit.score) - expected).abs() < 1e-7, "{fused:?}");
+        }
+    }
+
+    #[test]
+    fn hybrid_recovers_semantic_only_match() {
+        let bm25 = list(&[A, B]);
+        let vector = list(&[C, A, B]);
+        assert_eq!(
+            names(&Hybrid::default().fuse(&bm25, &vector, &key)),
+            "A B C"
+        );
+    }
+
+    #[test]
+    fn weights_scale_contributions() {
+        let bm25 = list(&[A, B]);
+        let vector = list(&[B, A]);
+        let lexical_heavy = fuse(&[(&bm25, 0.9), (&vector, 0.1)], &key);
+        assert_eq!(names(&lexical_heavy), "A B");
+        let semantic_heavy = fuse(&[(&bm25, 0.1), (&vector, 0.9)], &key);
+        assert_eq!(names(&semantic_heavy), "B A");
+        let score = f64::from(semantic_heavy[0].score);
+        assert!((score - (0.9 / 61.0 + 0.1 / 62.0)).abs() < 1e-7, "{score}");
+    }
+
+    #[test]
+    fn zero_or_invalid_weight_switches_a_list_off() {
+        let bm25 = list(&[A]);
+        let vector = list(&[C, B]);
+        assert_eq!(names(&fuse(&[(&bm25, 1.0), (&vector, 0.0)], &key)), "A");
+        assert_eq!(
+            names(&fuse(&[(&bm25, f32::NAN), (&vector, 1.0)], &key)),
+            "C B"
+        );
+        assert_eq!(
+            names(&fuse(&[(&bm25, -1.0), (&vector, f32::INFINITY)], &key)),
+            ""
+        );
+    }
+
+    #[test]
+    fn equal_fused_scores_tie_by_key() {
+        let one = list(&[B, A]);
+        let other = list(&[A, B]);
+        assert_eq!(names(&fuse(&[(&one, 1.0), (&other, 1.0)], &key)), "A B");
+    }
+
+    #[test]
+    fn huge_doc_ids_fuse_like_small_ones() {
+        let far = |docs: &[DocId]| -> Vec<Hit> {
+            list(docs)
+                .into_iter()
+                .map(|hit| Hit {
+                    doc: hit.doc + 4_000_000_000,
+                    ..hit
+                })
+                .collect()
+        };
+        let near = fuse(&[(&list(&[A, B]), 1.0), (&list(&[C, A]), 1.0)], &key);
+        let far = fuse(&[(&far(&[A, B]), 1.0), (&far(&[C, A]), 1.0)], &|doc| {
+            key(doc - 4_000_000_000)
+        });
+        let shifted: Vec<DocId> = far.iter().map(|hit| hit.doc - 4_000_000_000).collect();
+        assert_eq!(shifted, near.iter().map(|hit| hit.doc).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn repeated_document_counts_once_at_its_best_rank() {
+        let repeated = list(&[A, B, A]);
+        let fused = fuse(&[(&repeated, 1.0)], &key);
+        assert_eq!(names(&fused), "A B");
+        assert!((f64::from(fused[0].score) - 1.0 / 61.0).abs() < 1e-7);
+    }
+
+    #[test]
+    fn one_empty_side_serves_the_other_unchanged() {
+        let bm25 = list(&[A, B]);
+        let vector = list(&[C, A]);
+        let hybrid = Hybrid::default();
+        assert_eq!(hybrid.fuse(&bm25, &[], &key), bm25);
+        assert_eq!(hybrid.fuse(&[], &vector, &key), vector);
+        assert_eq!(hybrid.fuse(&[], &[], &key), []);
+    }
+
+    #[test]
+    fn min_similarity_drops_weak_vector_hits_only() {
+        let bm25 = list(&[A]);
+        let vector = vec![
+            Hit { doc: C, score: 0.8 },
+            Hit { doc: B, score: 0.2 },
+            Hit { doc: A, score: 0.1 },
+        ];
+        let hybrid = Hybrid {
+            balance: 50,
+            min_similarity: Some(0.5),
+        };
+        assert_eq!(names(&hybrid.fuse(&bm25, &vector, &key)), "A C");
+        let all_weak = Hybrid {
+            min_similarity: Some(0.9),
+            ..hybrid
+        };
+        assert_eq!(all_weak.fuse(&bm25, &vector, &key), bm25);
+    }
+
+    fn permutation() -> impl Strategy<Value = Vec<DocId>> {
+        Just((0..KEYS.len() as DocId).collect::<Vec<_>>()).prop_shuffle()
+    }
+
+    /// A ranked list: a prefix of a permutation, so no document repeats.
+    fn ranked() -> impl Strategy<Value = Vec<DocId>> {
+        (permutation(), 0..=KEYS.len()).prop_map(|(docs, len)| docs[..len].to_vec())
+    }
+
+    fn similarities() -> impl Strategy<Value = Vec<Hit>> {
+        (
+            permutation(),
+            prop::collection::vec(-100i8..=100, KEYS.len()),
+        )
+            .prop_map(|(docs, scores)| {
+                let mut hits: Vec<Hit> = docs
+                    .into_iter()
+                    .zip(scores)
+                    .map(|(doc, score)| Hit {
+                        doc,
+                        score: f32::from(score) / 100.0,
+                    })
+                    .collect();
+                hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(key(a.doc).cmp(key(b.doc))));
+                hits
+            })
+    }
+
+    fn position(hits: &[Hit], doc: DocId) -> Option<usize> {
+        hits.iter().position(|hit| hit.doc == doc)
+    }
+
+    proptest! {
+        #[test]
+        fn fusion_is_deterministic_and_sorted(a in ranked(), b in ranked(), wa in 0u8..=10, wb in 0u8..=10) {
+            let (a, b) = (list(&a), list(&b));
+            let lists = [(a.as_slice(), f32::from(wa) / 10.0), (b.as_slice(), f32::from(wb) / 10.0)];
+            let fused = fuse(&lists, &key);
+            prop_assert_eq!(&fused, &fuse(&lists, &key));
+            for pair in fused.windows(2) {
+                prop_assert!(
+                    pair[0].score > pair[1].score
+                        || (pair[0].score == pair[1].score && key(pair[0].doc) < key(pair[1].doc)),
+                    "{:?}", fused
+                );
+            }
+            // Exactly the documents of the lists that count, each once.
+            let mut expected: Vec<DocId> = lists.iter()
+                .filter(|(_, w)| *w > 0.0)
+                .flat_map(|(l, _)| l.iter().map(|h| h.doc))
+                .collect();
+            expected.sort_unstable();
+            expected.dedup();
+            let mut got: Vec<DocId> = fused.iter().map(|h| h.doc).collect();
+            got.sort_unstable();
+            prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn first_in_both_lists_is_first_fused(a in ranked(), b in ranked(), balance in 1u8..100) {
+            prop_assume!(!a.is_empty() && !b.is_empty());
+            let top = a[0];
+            let mut b = b;
+            b.retain(|&doc| doc != top);
+            b.insert(0, top);
+            let fused = Hybrid { balance, min_similarity: None }.fuse(&list(&a), &list(&b), &key);
+            prop_assert_eq!(fused[0].doc, top);
+        }
+
+        #[test]
+        fn improving_a_rank_never_lowers_the_fused_position(
+            a in ranked(), b in ranked(), from in 0usize..10, to in 0usize..10, weight in 1u8..=10,
+        ) {
+            prop_assume!(from < a.len());
+            let to = to.min(from);
+            let doc = a[from];
+            let mut better = a.clone();
+            better.remove(from);
+            better.insert(to, doc);
+            let w = f32::from(weight) / 10.0;
+            let b = list(&b);
+            let before = fuse(&[(&list(&a), w), (&b, 1.0 - w + 0.05)], &key);
+            let after = fuse(&[(&list(&better), w), (&b, 1.0 - w + 0.05)], &key);
+            prop_assert!(position(&after, doc) <= position(&before, doc), "{:?} -> {:?}", before, after);
+        }
+
+        #[test]
+        fn adding_a_doc_to_a_list_never_lowers_its_fused_position(a in ranked(), b in ranked(), at in 0usize..10) {
+            // Monotone also from "absent" to "present": a tool BM25 missed can only gain.
+            let doc = match (0..KEYS.len() as DocId).find(|d| !a.contains(d)) {
+                Some(doc) => doc,
+                None => return Ok(()),
+            };
+            let mut more = a.clone();
+            more.insert(at.min(a.len()), doc);
+            let b = list(&b);
+            let before = fuse(&[(&list(&a), 0.5), (&b, 0.5)], &key);
+            let after = fuse(&[(&list(&more), 0.5), (&b, 0.5)], &key);
+            let before = position(&before, doc).unwrap_or(usize::MAX);
+            prop_assert!(position(&after, doc).is_some_and(|p| p <= before));
+        }
+
+        #[test]
+        fn balance_extremes_equal_the_single_lists(bm25 in ranked(), vector in similarities()) {
+            let bm25 = list(&bm25);
+            let lexical = Hybrid { balance: 0, min_similarity: None };
+            let semantic = Hybrid { balance: 100, min_similarity: None };
+            prop_assert_eq!(lexical.fuse(&bm25, &vector, &key), bm25.clone());
+            prop_assert_eq!(semantic.fuse(&bm25, &vector, &key), vector.clone());
+            prop_assert_eq!(Hybrid { balance: 250, min_similarity: None }.fuse(&bm25, &vector, &key), vector);
+        }
+
+        #[test]
+        fn min_similarity_never_removes_a_bm25_hit(
+            bm25 in ranked(), vector in similarities(), balance in 0u8..=100, min in -100i8..=100,
+        ) {
+            let bm25 = list(&bm25);
+            let hybrid = Hybrid { balance, min_similarity: Some(f32::from(min) / 100.0) };
+            let fused = hybrid.fuse(&bm25, &vector, &key);
+            if balance < 100 {
+                for hit in &bm25 {
+                    prop_assert!(position(&fused, hit.doc).is_some(), "{:?} lost from {:?}", hit, fused);
+                }
+            }
+            // And every vector hit that survives is strong enough, unless BM25 also found it.
+            for hit in &fused {
+                let lexical = position(&bm25, hit.doc).is_some();
+                let strong = vector.iter().any(|v| v.doc == hit.doc && v.score >= f32::from(min) / 100.0);
+                prop_assert!(lexical || strong, "{:?} in {:?}", hit, fused);
+            }
+        }
+
+        #[test]
+        fn semantic_only_match_appears_in_hybrid(bm25 in ranked(), balance in 1u8..=100) {
+            // The three-tool example generalised: whatever BM25 finds, a tool it misses that the
+            // vector search ranks first is in the hybrid result.
+            let missed = match (0..KEYS.len() as DocId).find(|d| !bm25.contains(d)) {
+                Some(doc) => doc,
+                None => return Ok(()),
+            };
+            let mut vector: Vec<DocId> = vec![missed];
+            vector.extend(bm25.iter().copied());
+            let fused = Hybrid { balance, min_similarity: None }.fuse(&list(&bm25), &list(&vector), &key);
+            prop_assert!(position(&fused, missed).is_some());
+        }
+    }
+}
