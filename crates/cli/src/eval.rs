@@ -1,8 +1,10 @@
 //! `mcpgw eval`: parses the evaluation options, loads the local embedding model, runs
 //! `eval::evaluate` on each set and prints a table per set (or one JSON document).
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
@@ -143,7 +145,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
         (None, false) => ::eval::cache::default_dir(),
     };
 
-    let bar = Bar(render::progress(0, "eval"));
+    let bar = Bar::default();
     let mut reports = Vec::with_capacity(sets.len());
     for set in &sets {
         let report = match &embedder {
@@ -168,11 +170,11 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             None => ::eval::evaluate(set, &options, Err("not asked".into()), &bar).await,
         };
         if !args.json {
-            bar.0.suspend(|| print_set(&report));
+            bar.suspend(|| print_set(&report));
         }
         reports.push(report);
     }
-    bar.0.finish_and_clear();
+    ::eval::Progress::finish(&bar);
 
     if args.json {
         let report = Report {
@@ -313,22 +315,45 @@ fn print_set(report: &SetReport) {
     println!();
 }
 
-/// indicatif behind `::eval::Progress`; draws on stderr and hides itself off a terminal.
-struct Bar(ProgressBar);
+/// indicatif behind `::eval::Progress`: one bar, created on the first stage and reused by the
+/// next (reset, relabelled), cleared between sets so tables print cleanly. Draws on stderr and
+/// hides itself off a terminal.
+#[derive(Default)]
+struct Bar(RefCell<Option<ProgressBar>>);
+
+impl Bar {
+    /// Runs `f` with the bar out of the way, e.g. to print a table.
+    fn suspend(&self, f: impl FnOnce()) {
+        match &*self.0.borrow() {
+            Some(bar) => bar.suspend(f),
+            None => f(),
+        }
+    }
+}
 
 impl ::eval::Progress for Bar {
     fn start(&self, label: &str, total: u64) {
-        self.0.reset();
-        self.0.set_length(total);
-        self.0.set_prefix(label.to_string());
+        let mut slot = self.0.borrow_mut();
+        match &*slot {
+            Some(bar) => {
+                bar.reset();
+                bar.set_length(total);
+                bar.set_prefix(label.to_string());
+                bar.enable_steady_tick(Duration::from_millis(120));
+            }
+            None => *slot = Some(render::progress(total, label)),
+        }
     }
 
     fn advance(&self, steps: u64) {
-        self.0.inc(steps);
+        if let Some(bar) = &*self.0.borrow() {
+            bar.inc(steps);
+        }
     }
 
     fn finish(&self) {
-        self.0.set_length(0);
-        self.0.set_prefix(String::new());
+        if let Some(bar) = &*self.0.borrow() {
+            bar.finish_and_clear();
+        }
     }
 }
