@@ -70,7 +70,13 @@ impl Default for IndexOptions {
     /// `creates` where queries say `create`.
     fn default() -> Self {
         IndexOptions {
-            bm25: Bm25Params::default(),
+            // k1 0.9 / b 0.4 (short tool texts saturate sooner and need less length
+            // normalisation): +0.3 to +0.8 nDCG@10 on every set with stemming and stop words.
+            bm25: Bm25Params {
+                k1: 0.9,
+                b: 0.4,
+                ..Bm25Params::default()
+            },
             analyzer: Analyzer {
                 stemming: Some(Language::English),
                 stop_words: Some(Language::English),
@@ -78,6 +84,17 @@ impl Default for IndexOptions {
             },
         }
     }
+}
+
+/// How many of each query's best results take part when several queries are fused.
+const MULTI_QUERY_DEPTH: usize = 5;
+
+/// Whether `text` has Han, Hiragana, Katakana or Hangul characters.
+fn has_cjk(text: &str) -> bool {
+    text.chars().any(|c| {
+        matches!(c as u32,
+            0x3040..=0x30FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0xAC00..=0xD7AF | 0x20000..=0x2FA1F)
+    })
 }
 
 /// An immutable snapshot of every upstream tool. `Send + Sync`; share it through an `Arc` and
@@ -178,8 +195,16 @@ impl Catalog {
     /// The text to embed for each tool, in [`Catalog::tools`] order, with the default
     /// [`EmbeddingText`] options. Embed them as passages and hand the vectors to
     /// [`Catalog::with_vectors`].
+    ///
+    /// The server's description goes into the text only when the catalog has several
+    /// servers: it then tells tools of different servers apart (toollens, 314 servers: hybrid
+    /// nDCG@10 37.2 -> 37.9), while with one server it is the same words in every text and
+    /// only blurs them (metatool: vector 67.3 -> 64.7).
     pub fn embedding_texts(&self) -> Vec<String> {
-        self.embedding_texts_with(&EmbeddingText::default())
+        self.embedding_texts_with(&EmbeddingText {
+            server_description: self.servers.len() > 1,
+            ..EmbeddingText::default()
+        })
     }
 
     /// [`Catalog::embedding_texts`] with explicit options.
@@ -268,6 +293,7 @@ impl Catalog {
             query_vectors: None,
             strategy: Strategy::Bm25,
             hybrid: retrieval::Hybrid::default(),
+            multilingual_vectors: false,
             top_k,
             filter,
         })
@@ -314,6 +340,11 @@ impl Catalog {
                 // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
                 // unless it is needed because no vector hit is strong enough.
                 Strategy::Hybrid if hybrid.balance == 0 => lexical(query),
+                // An English-only model turns Chinese, Japanese or Korean text into near-noise
+                // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
+                Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
+                    lexical(query)
+                }
                 Strategy::Hybrid => {
                     let semantic = semantic(at);
                     if hybrid.balance >= 100 && !semantic.is_empty() {
@@ -327,7 +358,14 @@ impl Catalog {
         let ranked = if rankings.len() == 1 {
             rankings.pop().unwrap_or_default()
         } else {
-            let lists: Vec<(&[Hit], f32)> = rankings.iter().map(|r| (r.as_slice(), 1.0)).collect();
+            // Several queries ask for several capabilities: fuse each one's top results only.
+            // Over full-depth lists a tool that is mediocre for every query would outrank the
+            // best tool for each single one, which is the opposite of what was asked.
+            let depth = request.top_k.max(MULTI_QUERY_DEPTH);
+            let lists: Vec<(&[Hit], f32)> = rankings
+                .iter()
+                .map(|r| (&r[..r.len().min(depth)], 1.0))
+                .collect();
             retrieval::fuse(&lists, &key)
         };
         let hits = ranked
@@ -803,6 +841,7 @@ mod tests {
             query_vectors,
             strategy,
             hybrid: retrieval::Hybrid::default(),
+            multilingual_vectors: false,
             top_k: 5,
             filter,
         }
@@ -1001,6 +1040,7 @@ mod tests {
         assert_eq!(texts.len(), catalog.len());
         expect![[r#"
             long Running Operation
+            Server: Reference server that exercises every MCP feature
             Demonstrates a long running operation with progress updates
             Parameters: config; duration (seconds to wait); steps."#]]
         .assert_eq(&texts[2]);

@@ -77,6 +77,9 @@ pub struct SearchRequest<'a> {
     /// Balance and minimum similarity. The minimum similarity also applies to
     /// [`Strategy::Vector`]; the balance only to [`Strategy::Hybrid`].
     pub hybrid: Hybrid,
+    /// Whether the vectors' model understands Chinese, Japanese and Korean. When it does not,
+    /// a hybrid search for a query in those scripts is answered by BM25 alone.
+    pub multilingual_vectors: bool,
     pub top_k: usize,
     pub filter: &'a Filter,
 }

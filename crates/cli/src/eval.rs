@@ -17,7 +17,7 @@ use embed::local::{LoadOptions, LocalModel};
 use ::eval::{
     Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
 };
-use retrieval::{Bm25Params, Hybrid, Language};
+use retrieval::{Hybrid, Language};
 
 use crate::{Failure, render};
 
@@ -42,8 +42,8 @@ pub(crate) struct Args {
     /// Texts per embedding call (the model splits them into its own batches).
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
-    /// Hybrid balance: 0 lexical only, 100 semantic only.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    /// Hybrid balance: 0 lexical only, 100 semantic only (default: the gateway's).
+    #[arg(long, default_value_t = config::RetrievalConfig::default().balance, value_parser = clap::value_parser!(u8).range(0..=100))]
     balance: u8,
     /// Drop vector hits below this cosine similarity.
     #[arg(long)]
@@ -74,35 +74,37 @@ pub(crate) struct Args {
     /// BM25 variant to measure: length normalisation b.
     #[arg(long)]
     b: Option<f32>,
-    /// What the tool embedding text adds: none, name (the server's name), description (the
-    /// server's description) or both.
-    #[arg(long, default_value = "none")]
+    /// What the tool embedding text adds: auto (the gateway's choice: the server's
+    /// description when there are several servers), none, name, description or both.
+    #[arg(long, default_value = "auto")]
     embed_server: String,
 }
 
 pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     let strategies = strategies(&args.strategy)?;
     let embedding_text = match args.embed_server.as_str() {
-        "none" => EmbeddingText::default(),
-        "name" => EmbeddingText {
+        // What the gateway does: the server description when there are several servers.
+        "auto" => None,
+        "none" => Some(EmbeddingText::default()),
+        "name" => Some(EmbeddingText {
             server_name: true,
             server_description: false,
-        },
-        "description" => EmbeddingText {
+        }),
+        "description" => Some(EmbeddingText {
             server_name: false,
             server_description: true,
-        },
-        "both" => EmbeddingText {
+        }),
+        "both" => Some(EmbeddingText {
             server_name: true,
             server_description: true,
-        },
+        }),
         other => {
             return Err(Failure::usage(anyhow!(
-                "--embed-server must be none, name, description or both, not `{other}`"
+                "--embed-server must be auto, none, name, description or both, not `{other}`"
             )));
         }
     };
-    let mut bm25 = Bm25Params::default();
+    let mut bm25 = IndexOptions::default().bm25;
     bm25.k1 = args.k1.unwrap_or(bm25.k1);
     bm25.b = args.b.unwrap_or(bm25.b);
     let mut index = IndexOptions {
@@ -262,6 +264,8 @@ fn print_set(report: &SetReport) {
             "search p50",
             "p99",
         ]);
+    // Reasons go under the table: a long one would stretch a column.
+    let mut skipped: Vec<(String, &str)> = Vec::new();
     for strategy in &report.strategies {
         match &strategy.outcome {
             Outcome::Ok(figures) => {
@@ -278,11 +282,21 @@ fn print_set(report: &SetReport) {
                 ]);
             }
             Outcome::Skipped { reason } => {
-                table.add_row([strategy.strategy.to_string(), format!("skipped: {reason}")]);
+                table.add_row([strategy.strategy.as_str(), "skipped"]);
+                match skipped.iter_mut().find(|(_, r)| *r == reason.as_str()) {
+                    Some((names, _)) => {
+                        names.push_str(", ");
+                        names.push_str(strategy.strategy.as_str());
+                    }
+                    None => skipped.push((strategy.strategy.to_string(), reason)),
+                }
             }
         }
     }
     println!("{table}");
+    for (strategies, reason) in skipped {
+        println!("{strategies} skipped: {reason}");
+    }
     println!(
         "index build: catalog {:.1} ms, BM25 alone {:.2} ms",
         report.catalog_build_ms, report.bm25_build_ms

@@ -919,7 +919,7 @@ mod tests {
             .collect();
         assert_eq!(summaries[0], summaries[1]);
         expect![[r#"
-            listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+            listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
             gh timeout=30s enabled=true
               stdio "npx" [] cwd=None env[GITHUB_TOKEN="ghp_inline" K=$K_SRC]
         "#]]

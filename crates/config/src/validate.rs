@@ -728,17 +728,17 @@ strategy = "bm25"
 
     #[test]
     fn retrieval_and_store_settings_resolve_with_defaults() {
-        expect![[r#"Bm25 balance=50 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
+        expect![[r#"Hybrid balance=45 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
             .assert_eq(&retrieval_summary(""));
         expect![[r#"Hybrid balance=70 min_similarity=Some(0.25) embedder=Local { model: "e5", path: Some("/etc/mcpgw/models/e5") } store=Some("/etc/mcpgw/state/mcpgw.db")"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"hybrid\"\nbalance = 70\nmin_similarity = 0.25\n[retrieval.embedder]\ntype = \"local\"\nmodel = \"e5\"\npath = \"models/e5\"\n[store]\npath = \"state/mcpgw.db\"\n",
             ));
-        expect![[r#"Vector balance=50 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
+        expect![[r#"Vector balance=45 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"vector\"\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"text-embedding-3-small\"\napi_key_env = \"OPENAI_API_KEY\"\nbatch_size = 16\n",
             ));
-        expect![[r#"Bm25 balance=50 min_similarity=None embedder=None store=None"#]].assert_eq(
+        expect!["Hybrid balance=45 min_similarity=None embedder=None store=None"].assert_eq(
             &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
         );
     }
@@ -764,14 +764,14 @@ strategy = "bm25"
         check(
             "",
             expect![[r#"
-            listen=127.0.0.1:8931 exposure=Search strategy=Bm25
-        "#]],
+                listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
+            "#]],
         );
         check(
             "[gateway]\nexposure = \"passthrough\"\nlisten = \"[::1]:9000\"\n",
             expect![[r#"
-            listen=[::1]:9000 exposure=Passthrough strategy=Bm25
-        "#]],
+                listen=[::1]:9000 exposure=Passthrough strategy=Hybrid
+            "#]],
         );
     }
 
@@ -867,7 +867,7 @@ enabled = false
 transport = { type = "http", url = "https://api.example.com/mcp", headers = { "X-Api-Key" = { env = "API_KEY" }, x-team = "infra" } }
 "#,
             expect![[r#"
-                listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+                listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
                 gh timeout=30s enabled=true
                   stdio "gh-mcp" [] cwd=None env[GITHUB_TOKEN=$GH_PAT LOG="debug"]
                 api timeout=30s enabled=false
@@ -898,7 +898,7 @@ transport = { type = "http", url = "https://api.example.com/mcp", headers = { x-
         check(
             "[[servers]]\nname = \"s\"\ntransport = { type = \"stdio\", command = \"run\", cwd = \"srv\" }\n\n[[servers]]\nname = \"t\"\ntransport = { type = \"stdio\", command = \"run\", cwd = \"/opt/t\" }\n",
             expect![[r#"
-                listen=127.0.0.1:8931 exposure=Search strategy=Bm25
+                listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
                 s timeout=30s enabled=true
                   stdio "run" [] cwd=Some("/etc/mcpgw/srv") env[]
                 t timeout=30s enabled=true

@@ -45,6 +45,14 @@ pub trait Embedder: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, EmbedError>>;
 }
 
+/// Whether the model behind an [`Embedder::id`] understands Chinese, Japanese and Korean.
+/// The local all-MiniLM-L6-v2 and potion-base-8M are English-only (MiniLM's vocabulary has a
+/// few hundred CJK characters; most Chinese text becomes `[UNK]`). Remote models are assumed
+/// multilingual, as most hosted embedding models are.
+pub fn handles_cjk(model_id: &str) -> bool {
+    !(model_id.contains("all-MiniLM") || model_id.contains("potion"))
+}
+
 /// Why embedding failed. Messages are lower-case and never contain secrets.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {

@@ -131,10 +131,10 @@ impl FileCache {
         &self.path
     }
 
-    fn error(&self, source: std::io::Error) -> Error {
+    fn error(&self, error: std::io::Error) -> Error {
         Error::Cache {
             path: self.path.clone(),
-            source,
+            error,
         }
     }
 

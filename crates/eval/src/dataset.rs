@@ -90,9 +90,9 @@ struct ServerFile {
 }
 
 fn read(path: &Path) -> Result<String, Error> {
-    fs::read_to_string(path).map_err(|source| Error::Read {
+    fs::read_to_string(path).map_err(|error| Error::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })
 }
 

@@ -29,7 +29,8 @@ pub struct Options {
     pub limit: Option<usize>,
     /// The lexical index, as the gateway would build it (or a variant being measured).
     pub index: IndexOptions,
-    pub embedding_text: EmbeddingText,
+    /// `None`: what the gateway embeds ([`Catalog::embedding_texts`]).
+    pub embedding_text: Option<EmbeddingText>,
     /// Texts per embedding call.
     pub batch_size: usize,
     /// Queries embedded one at a time to measure query-embedding latency.
@@ -43,7 +44,7 @@ impl Default for Options {
             hybrid: Hybrid::default(),
             limit: None,
             index: IndexOptions::default(),
-            embedding_text: EmbeddingText::default(),
+            embedding_text: None,
             batch_size: 64,
             latency_sample: 32,
         }
@@ -239,7 +240,10 @@ async fn embed_set(
     warnings: &mut Vec<String>,
 ) -> Result<(Catalog, Vec<Vec<f32>>, EmbeddingReport), Error> {
     let Semantic { embedder, cache } = semantic;
-    let texts = catalog.embedding_texts_with(&options.embedding_text);
+    let texts = match &options.embedding_text {
+        Some(text) => catalog.embedding_texts_with(text),
+        None => catalog.embedding_texts(),
+    };
     let tools = embed_cached(
         embedder,
         cache,
@@ -289,7 +293,7 @@ async fn embed_set(
     let report = EmbeddingReport {
         model: embedder.id().to_string(),
         dim: embedder.dim(),
-        tools: texts.len(),
+        tools: tools.distinct,
         tools_cached: tools.cached,
         tools_embed_ms: millis(tools.elapsed),
         queries: embedded.distinct,
@@ -408,6 +412,7 @@ fn run(
                 .map(std::slice::from_ref),
             strategy,
             hybrid: options.hybrid.clone(),
+            multilingual_vectors: catalog.vector_model().is_some_and(embed::handles_cjk),
             top_k: DEPTH,
             filter: &filter,
         };

@@ -33,10 +33,12 @@ pub use report::{
 /// Why a set could not be read or evaluated. Messages are lower-case.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {}: {source}", path.display())]
+    // The io errors are part of the message rather than a `source`: anyhow's `{:#}` would
+    // print them twice otherwise.
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}:{line}: {reason}", path.display())]
     Parse {
@@ -44,10 +46,10 @@ pub enum Error {
         line: usize,
         reason: String,
     },
-    #[error("embedding cache {}: {source}", path.display())]
+    #[error("embedding cache {}: {error}", path.display())]
     Cache {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Embed(#[from] embed::EmbedError),

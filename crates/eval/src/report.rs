@@ -65,6 +65,7 @@ pub struct EmbeddingReport {
     /// The embedder's id, e.g. `local/all-MiniLM-L6-v2`.
     pub model: String,
     pub dim: usize,
+    /// Distinct tool texts (two tools can read the same).
     pub tools: usize,
     /// Tool texts found in the cache (not embedded again).
     pub tools_cached: usize,

@@ -167,6 +167,7 @@ impl Gateway {
                 balance: retrieval.balance,
                 min_similarity: retrieval.min_similarity,
             },
+            multilingual_vectors: self.semantic().is_some_and(|s| s.multilingual()),
             top_k: search.top_k,
             filter: &search.filter,
         });

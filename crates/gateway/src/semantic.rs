@@ -90,6 +90,11 @@ impl Semantic {
         self.embedder.id()
     }
 
+    /// Whether the model handles Chinese, Japanese and Korean (see [`embed::handles_cjk`]).
+    pub fn multilingual(&self) -> bool {
+        embed::handles_cjk(self.embedder.id())
+    }
+
     /// One vector per catalog tool, from the cache where possible; only new or changed tool
     /// texts are embedded, and they are cached for the next start.
     pub async fn tool_vectors(&self, catalog: &Catalog) -> Result<Vec<Vec<f32>>, EmbedError> {

@@ -73,7 +73,7 @@ fn hybrid_search_finds_semantic_matches_and_fuses_several_queries() {
         ])
         .arg(
             write_config(&format!(
-                "{}\n{}",
+                "[retrieval]\nstrategy = \"bm25\"\n\n{}\n{}",
                 everything_stdio_server("everything"),
                 time_stdio_server("time")
             ))
