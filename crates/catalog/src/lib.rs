@@ -89,6 +89,41 @@ impl Default for IndexOptions {
 /// How many of each query's best results take part when several queries are fused.
 const MULTI_QUERY_DEPTH: usize = 5;
 
+/// Fuses the rankings of several queries, one per capability the caller needs. Each tool
+/// scores its best reciprocal rank over the queries (`1 / (60 + rank)`, as in RRF), and the
+/// RRF sum only breaks ties. Plain RRF sums over full rankings let a tool that is middling
+/// for every query outrank the best tool for each single one, the opposite of what was
+/// asked; with the best rank, every query's first tool comes before any query's second.
+/// Only each query's top `depth` take part.
+fn fuse_capabilities<'k>(
+    rankings: &[Vec<Hit>],
+    depth: usize,
+    key: &dyn Fn(DocId) -> &'k str,
+) -> Vec<Hit> {
+    let mut scores: HashMap<DocId, (f32, f32)> = HashMap::new();
+    for ranking in rankings {
+        for (rank, hit) in ranking.iter().take(depth).enumerate() {
+            let rr = 1.0 / (retrieval::RRF_K + rank as f32 + 1.0);
+            let entry = scores.entry(hit.doc).or_insert((0.0, 0.0));
+            entry.0 = entry.0.max(rr);
+            entry.1 += rr;
+        }
+    }
+    let mut fused: Vec<(DocId, f32, f32)> = scores
+        .into_iter()
+        .map(|(doc, (best, sum))| (doc, best, sum))
+        .collect();
+    fused.sort_by(|a, b| {
+        b.1.total_cmp(&a.1)
+            .then(b.2.total_cmp(&a.2))
+            .then_with(|| key(a.0).cmp(key(b.0)))
+    });
+    fused
+        .into_iter()
+        .map(|(doc, best, _)| Hit { doc, score: best })
+        .collect()
+}
+
 /// Whether `text` has Han, Hiragana, Katakana or Hangul characters.
 fn has_cjk(text: &str) -> bool {
     text.chars().any(|c| {
@@ -358,15 +393,7 @@ impl Catalog {
         let ranked = if rankings.len() == 1 {
             rankings.pop().unwrap_or_default()
         } else {
-            // Several queries ask for several capabilities: fuse each one's top results only.
-            // Over full-depth lists a tool that is mediocre for every query would outrank the
-            // best tool for each single one, which is the opposite of what was asked.
-            let depth = request.top_k.max(MULTI_QUERY_DEPTH);
-            let lists: Vec<(&[Hit], f32)> = rankings
-                .iter()
-                .map(|r| (&r[..r.len().min(depth)], 1.0))
-                .collect();
-            retrieval::fuse(&lists, &key)
+            fuse_capabilities(&rankings, request.top_k.max(MULTI_QUERY_DEPTH), &key)
         };
         let hits = ranked
             .into_iter()
@@ -854,6 +881,46 @@ mod tests {
             .map(|hit| hit.tool.qualified.as_str())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    #[test]
+    fn cjk_query_is_lexical_only_when_the_model_is_english_only() {
+        let catalog = vector_catalog();
+        // A Chinese query that BM25 cannot match, and a query vector pointing at `add`.
+        let queries = ["读取文件".to_string()];
+        let vectors = [topic_vector(&[("math", 1.0)])];
+        let filter = Filter::default();
+        let mut english_only = request(&queries, Some(&vectors), Strategy::Hybrid, &filter);
+        english_only.multilingual_vectors = false;
+        let lexical = catalog.search_with(&request(&queries, None, Strategy::Bm25, &filter));
+        assert_eq!(
+            names(&catalog.search_with(&english_only)),
+            names(&lexical),
+            "an English-only model's vector for Chinese text is noise: BM25 answers alone"
+        );
+        let mut multilingual = english_only.clone();
+        multilingual.multilingual_vectors = true;
+        assert!(
+            names(&catalog.search_with(&multilingual)).starts_with("everything__add"),
+            "a multilingual model's vector is used"
+        );
+    }
+
+    #[test]
+    fn several_queries_bring_each_capability_s_best_tools() {
+        // Two capabilities; a tool that is middling for both must not beat the best of each.
+        let catalog = vector_catalog();
+        let queries = ["add numbers".to_string(), "echo a message".to_string()];
+        let vectors = [
+            topic_vector(&[("math", 1.0)]),
+            topic_vector(&[("talk", 1.0)]),
+        ];
+        let filter = Filter::default();
+        let mut both = request(&queries, Some(&vectors), Strategy::Hybrid, &filter);
+        both.top_k = 2;
+        let top = names(&catalog.search_with(&both));
+        assert!(top.contains("everything__add"), "{top}");
+        assert!(top.contains("everything__echo"), "{top}");
     }
 
     #[test]

@@ -66,8 +66,9 @@ impl FromStr for Strategy {
 /// One search, as every caller (gateway, CLI, eval) sends it to [`crate::Catalog::search_with`].
 #[derive(Debug, Clone)]
 pub struct SearchRequest<'a> {
-    /// One or more queries. Several are ranked separately and fused by reciprocal rank fusion
-    /// (weight 1 each), so a tool that several phrasings find rises. No query, no hits.
+    /// One or more queries, one per capability the caller needs. Several are ranked
+    /// separately and fused by their best reciprocal rank (RRF sums break ties), so every
+    /// query's best tools come first. No query, no hits.
     pub queries: &'a [String],
     /// One vector per query, from the same model as the catalog's tool vectors
     /// ([`crate::Catalog::vector_model`]). Needed by [`Strategy::Vector`] and
