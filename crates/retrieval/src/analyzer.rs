@@ -245,7 +245,9 @@ impl<F: FnMut(&str)> Scanner<'_, F> {
         if token.is_empty() || token.len() > self.analyzer.max_token_bytes {
             return;
         }
-        if self.analyzer.stop_words == Some(Language::English) && english::is_stop_word(token) {
+        if self.analyzer.stop_words == Some(Language::English)
+            && (english::is_stop_word(token) || is_cjk_function_word(token))
+        {
             return;
         }
         match self.analyzer.stemming {
@@ -334,6 +336,23 @@ impl<F: FnMut(&str)> Scanner<'_, F> {
         self.cjk = run;
         self.cjk.clear();
     }
+}
+
+/// Chinese function characters and words that occur in almost every request ("我需要你帮我
+/// ...的...") and say nothing about the tool wanted. Only these exact unigrams and bigrams
+/// are dropped: `上传` keeps its bigram even though `上` alone is dropped. Applied together with
+/// the English stop words, since requests mix both.
+fn is_cjk_function_word(token: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "一", "一下", "一个", "下", "个", "么", "也", "了", "些", "你", "你们", "吗", "吧", "呢",
+        "和", "在", "她", "如果", "它", "我", "我们", "我的", "或", "或者", "把", "是", "然后",
+        "的", "给", "要", "这", "这个", "这些", "那", "那个", "那些", "都", "需", "需要", "帮",
+        "帮我", "请", "请帮", "就", "就是", "想", "想要", "可以", "能", "会", "还", "再", "并",
+        "将", "被", "让", "对", "为", "与", "及", "以", "以及", "之", "后", "之后", "他", "们",
+        "啊", "哦", "呀", "着", "过", "很", "已", "已经", "所", "所有", "该", "其", "此", "希望",
+        "有", "中", "里", "上",
+    ];
+    token.chars().count() <= 2 && token.chars().all(is_cjk) && WORDS.contains(&token)
 }
 
 /// Whether a new piece starts at `word[i]`: `getHttp` (lower -> upper) or `HTTPResponse`
@@ -515,6 +534,34 @@ mod tests {
             stemming: Some(Language::English),
             ..Analyzer::default()
         }
+    }
+
+    #[test]
+    fn chinese_function_words_are_dropped_with_stop_words() {
+        let analyzer = Analyzer {
+            stop_words: Some(Language::English),
+            ..Analyzer::default()
+        };
+        let tokens = analyzer.tokenize("我需要上传文件");
+        for dropped in ["我", "需", "需要", "上"] {
+            assert!(
+                !tokens.iter().any(|t| t == dropped),
+                "{dropped} in {tokens:?}"
+            );
+        }
+        for kept in ["上传", "文件", "传", "文", "件"] {
+            assert!(
+                tokens.iter().any(|t| t == kept),
+                "{kept} missing from {tokens:?}"
+            );
+        }
+        // Without the option nothing is dropped.
+        assert!(
+            Analyzer::default()
+                .tokenize("我需要")
+                .iter()
+                .any(|t| t == "需要")
+        );
     }
 
     #[test]
