@@ -10,7 +10,8 @@
 #   5. cargo test --workspace --doc
 #   6. cargo bench --workspace --no-run        (benches must keep compiling)
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
-#      no tokio and no rmcp; config has no rmcp (normal dependencies).
+#      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle
+#      (normal dependencies).
 #
 # Works from any directory. Honours CARGO_TARGET_DIR.
 # Env: MCPGW_SKIP_SETUP=1 skips stage 1 (when the peers are known to be there).
@@ -126,6 +127,9 @@ assert_no_dep mcpgw-retrieval tokio || invariants_ok=0
 assert_no_dep mcpgw-catalog tokio || invariants_ok=0
 assert_no_dep mcpgw-catalog rmcp || invariants_ok=0
 assert_no_dep mcpgw-config rmcp || invariants_ok=0
+# Heavy model code stays in embed: the catalog and retrieval never compile candle.
+assert_no_dep mcpgw-catalog candle-core || invariants_ok=0
+assert_no_dep mcpgw-retrieval candle-core || invariants_ok=0
 if [[ $invariants_ok -ne 1 ]]; then
   echo "    architecture invariants violated" >&2
   exit 1
