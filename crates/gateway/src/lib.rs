@@ -43,6 +43,9 @@ pub struct Gateway {
     catalog: RwLock<(u64, Arc<Catalog>)>,
     generation: AtomicU64,
     semantic: OnceLock<Option<Arc<Semantic>>>,
+    /// One refresh at a time: a change notice that arrives while the tools are being embedded
+    /// waits, then finds them in the cache instead of embedding them all a second time.
+    refreshing: tokio::sync::Mutex<()>,
 }
 
 /// One `search_tools` call, as the front end and the CLI describe it.
@@ -92,6 +95,7 @@ impl Gateway {
             catalog: RwLock::new((0, Arc::new(Catalog::build(&[]).0))),
             generation: AtomicU64::new(0),
             semantic: OnceLock::new(),
+            refreshing: tokio::sync::Mutex::new(()),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
@@ -209,6 +213,7 @@ impl Gateway {
     /// Rebuilds the catalog from every server's last good tool list and publishes it, then
     /// embeds the tools (from the cache where possible) and publishes it again with vectors.
     pub async fn refresh_catalog(&self) {
+        let _one_at_a_time = self.refreshing.lock().await;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let catalog = self.build_catalog();
         let Some(semantic) = self.semantic().cloned() else {
