@@ -15,10 +15,10 @@ use crate::file::{
     GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
     ValueFile,
 };
-use crate::server::{MAX_SERVER_NAME_LEN, name_problem};
+use crate::server::name_problem;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
 use crate::value::looks_secret;
-use crate::{Config, ConfigError, Problem, ServerConfig};
+use crate::{Config, ConfigError, Problem, ServerConfig, ServerName};
 
 /// The result of converting an `mcpServers` JSON document.
 #[derive(Debug)]
@@ -335,19 +335,10 @@ impl Mapper {
     fn server_name(&mut self, raw: &str) -> String {
         let (mut name, mut reason) = match name_problem(raw) {
             None => (raw.to_owned(), None),
-            Some(reason) => (sanitise(raw), Some(reason)),
+            Some(reason) => (ServerName::sanitize(raw).as_str().to_owned(), Some(reason)),
         };
         if self.names.contains(&name) {
-            let base = name;
-            name = (2..)
-                .map(|n| {
-                    let suffix = format!("-{n}");
-                    let keep = MAX_SERVER_NAME_LEN - suffix.len();
-                    let stem = base.get(..keep).unwrap_or(&base).trim_end_matches('_');
-                    format!("{stem}{suffix}")
-                })
-                .find(|candidate| !self.names.contains(candidate))
-                .unwrap_or(base);
+            name = ServerName::unused(&name, &self.names);
             reason.get_or_insert_with(|| "the name is already used".into());
         }
         if let Some(reason) = reason {
@@ -523,30 +514,6 @@ fn placeholder(text: &str) -> Option<(&str, Placeholder<'_>)> {
 
 fn is_sse_url(url: &str) -> bool {
     url::Url::parse(url).is_ok_and(|url| url.path().trim_end_matches('/').ends_with("/sse"))
-}
-
-/// Bad characters become `-`, `__` runs collapse, and the ends are trimmed of `-`/`_`.
-fn sanitise(raw: &str) -> String {
-    let mut name = String::new();
-    for c in raw.chars() {
-        let c = if c.is_ascii_alphanumeric() || c == '_' {
-            c
-        } else {
-            '-'
-        };
-        if (c == '_' || c == '-') && name.ends_with(c) {
-            continue;
-        }
-        name.push(c);
-    }
-    let trim = |s: &str| s.trim_matches(['-', '_']).to_owned();
-    let name = trim(&name);
-    let name = trim(name.get(..MAX_SERVER_NAME_LEN).unwrap_or(&name));
-    if name.is_empty() {
-        "server".to_owned()
-    } else {
-        name
-    }
 }
 
 #[cfg(test)]

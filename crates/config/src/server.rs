@@ -32,6 +32,52 @@ impl ServerName {
         }
     }
 
+    /// The closest valid name to `raw`: bad characters become `-`, runs of `-`/`_` collapse
+    /// (so no `__`), the ends are trimmed of `-`/`_`, at most [`MAX_SERVER_NAME_LEN`]
+    /// characters, and `server` if nothing is left. Used for names written by other tools
+    /// (`mcpServers` JSON, eval sets).
+    pub fn sanitize(raw: &str) -> ServerName {
+        let mut name = String::new();
+        for c in raw.chars() {
+            let c = if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            };
+            if (c == '_' || c == '-') && name.ends_with(c) {
+                continue;
+            }
+            name.push(c);
+        }
+        let trim = |s: &str| s.trim_matches(['-', '_']).to_owned();
+        let name = trim(&name);
+        let name = trim(name.get(..MAX_SERVER_NAME_LEN).unwrap_or(&name));
+        if name.is_empty() {
+            ServerName("server".to_owned())
+        } else {
+            ServerName(name)
+        }
+    }
+
+    /// `name`, or `name-2`, `name-3`, ... (its stem shortened to fit) when `taken` has it.
+    pub fn unused(name: &str, taken: &[String]) -> String {
+        if !taken.iter().any(|t| t == name) {
+            return name.to_owned();
+        }
+        (2..)
+            .map(|n| {
+                let suffix = format!("-{n}");
+                let keep = MAX_SERVER_NAME_LEN - suffix.len();
+                let stem = name
+                    .get(..keep)
+                    .unwrap_or(name)
+                    .trim_end_matches(['_', '-']);
+                format!("{stem}{suffix}")
+            })
+            .find(|candidate| !taken.contains(candidate))
+            .unwrap_or_else(|| name.to_owned())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

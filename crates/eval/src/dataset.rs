@@ -120,7 +120,7 @@ fn read_tools(path: &Path, warnings: &mut Vec<String>) -> Result<Servers, Error>
             ));
             continue;
         }
-        let name = unique(server_name(&file.server), &taken);
+        let name = config::ServerName::unused(&server_name(&file.server), &taken);
         if name != file.server {
             warnings.push(format!("server {:?} renamed to `{name}`", file.server));
         }
@@ -135,51 +135,9 @@ fn read_tools(path: &Path, warnings: &mut Vec<String>) -> Result<Servers, Error>
     Ok((servers, names))
 }
 
-/// Longest server name the config accepts.
-const MAX_SERVER_NAME_LEN: usize = 32;
-
-/// `raw` as a valid server name: `[A-Za-z0-9_-]`, no `__`, no leading or trailing `-`/`_`,
-/// at most 32 characters (the rules of `config::ServerName`, the sanitising of `mcpgw import`).
+/// `raw` as a valid server name, sanitised the way `mcpgw import` does.
 fn server_name(raw: &str) -> String {
-    let mut name = String::new();
-    for c in raw.chars() {
-        let c = if c.is_ascii_alphanumeric() || c == '_' {
-            c
-        } else {
-            '-'
-        };
-        if (c == '_' || c == '-') && name.ends_with(c) {
-            continue;
-        }
-        name.push(c);
-    }
-    let trim = |s: &str| s.trim_matches(['-', '_']).to_owned();
-    let name = trim(&name);
-    let name = trim(name.get(..MAX_SERVER_NAME_LEN).unwrap_or(&name));
-    if name.is_empty() {
-        "server".to_owned()
-    } else {
-        name
-    }
-}
-
-/// `name`, or `name-2`, `name-3`, ... (shortened to fit) if it is taken.
-fn unique(name: String, taken: &[String]) -> String {
-    if !taken.contains(&name) {
-        return name;
-    }
-    (2..)
-        .map(|n| {
-            let suffix = format!("-{n}");
-            let keep = MAX_SERVER_NAME_LEN - suffix.len();
-            let stem = name
-                .get(..keep)
-                .unwrap_or(&name)
-                .trim_end_matches(['_', '-']);
-            format!("{stem}{suffix}")
-        })
-        .find(|candidate| !taken.contains(candidate))
-        .unwrap_or(name)
+    config::ServerName::sanitize(raw).as_str().to_owned()
 }
 
 #[derive(Deserialize)]
@@ -272,8 +230,8 @@ mod tests {
             "A-very-long-server-name-that-goe",
         );
         let taken = vec!["x".to_string(), "x-2".to_string()];
-        assert_eq!(unique("x".into(), &taken), "x-3");
-        assert_eq!(unique("y".into(), &taken), "y");
+        assert_eq!(config::ServerName::unused("x", &taken), "x-3");
+        assert_eq!(config::ServerName::unused("y", &taken), "y");
     }
 
     #[test]

@@ -271,8 +271,11 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// because their tools were never listed.)
 async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
     let mut next_try: HashMap<String, (Instant, Duration)> = HashMap::new();
+    // A scheduling tick, not a readiness wait: each server's own backoff decides when to try.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tick.tick().await;
         let Some(gateway) = gateway.upgrade() else {
             return;
         };
