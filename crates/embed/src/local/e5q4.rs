@@ -229,13 +229,7 @@ impl Encoder for E5Q4 {
             .iter()
             .map(|text| self.normalize(&format!("{prefix}{text}")))
             .collect();
-        let tokens: Vec<Vec<u32>> = self
-            .tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| EmbedError::Model(format!("tokenizer failed: {e}")))?
-            .iter()
-            .map(|encoding| encoding.get_ids().to_vec())
-            .collect();
+        let tokens = transformer::token_ids(&self.tokenizer, inputs)?;
         transformer::embed_sorted_batches(
             &tokens,
             self.batch_size,

@@ -85,13 +85,7 @@ impl MiniLm {
 impl Encoder for MiniLm {
     fn encode(&self, texts: &[String], _kind: TextKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let tokens: Vec<Vec<u32>> = self
-            .tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| EmbedError::Model(format!("tokenizer failed: {e}")))?
-            .iter()
-            .map(|encoding| encoding.get_ids().to_vec())
-            .collect();
+        let tokens = transformer::token_ids(&self.tokenizer, inputs)?;
         transformer::embed_sorted_batches(
             &tokens,
             self.batch_size,

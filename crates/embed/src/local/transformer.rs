@@ -17,6 +17,22 @@ pub(crate) struct PaddedBatch {
     pub(crate) mask: Tensor,
 }
 
+/// Token ids of each input, special tokens included, as the model's tokenizer makes them.
+pub(crate) fn token_ids<'s, E>(
+    tokenizer: &tokenizers::Tokenizer,
+    inputs: Vec<E>,
+) -> Result<Vec<Vec<u32>>, EmbedError>
+where
+    E: Into<tokenizers::EncodeInput<'s>> + Send,
+{
+    Ok(tokenizer
+        .encode_batch(inputs, true)
+        .map_err(|e| EmbedError::Model(format!("tokenizer failed: {e}")))?
+        .iter()
+        .map(|encoding| encoding.get_ids().to_vec())
+        .collect())
+}
+
 /// Runs `forward` (padded ids → `(batch, seq_len, hidden)` states) over length-sorted batches
 /// and returns one pooled, normalised vector per input, in input order.
 pub(crate) fn embed_sorted_batches(
