@@ -88,17 +88,8 @@ fn stdio_gateway_config() -> ConfigDir {
 #[test]
 fn python_client_legacy_session_over_stdio() {
     let config = stdio_gateway_config();
-    let path = config.path.display().to_string();
-    let report = py_client(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
+    let report = py_client_stdio(
+        &config,
         "legacy",
         scenario("everything__echo", "everything__get-sum"),
     );
@@ -112,17 +103,8 @@ fn python_client_legacy_session_over_stdio() {
 #[test]
 fn python_client_modern_stateless_over_stdio() {
     let config = stdio_gateway_config();
-    let path = config.path.display().to_string();
-    let report = py_client(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
+    let report = py_client_stdio(
+        &config,
         "modern",
         scenario("everything__echo", "everything__get-sum"),
     );
@@ -229,17 +211,8 @@ fn passthrough_mode_lists_every_tool_under_its_qualified_name() {
         everything_stdio_server("everything"),
         time_stdio_server("time")
     ));
-    let path = config.path.display().to_string();
-    let report = py_client(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
+    let report = py_client_stdio(
+        &config,
         "legacy",
         json!([
             {"op": "list_tools"},

@@ -295,6 +295,24 @@ pub fn py_client(target: &[&str], era: &str, script: Value) -> Value {
         .unwrap_or_else(|e| panic!("client printed non-JSON ({e}): {stdout}"))
 }
 
+/// Runs the Python client against `mcpgw serve --stdio` on `config`.
+pub fn py_client_stdio(config: &ConfigDir, era: &str, script: Value) -> Value {
+    let path = config.path.display().to_string();
+    py_client(
+        &[
+            "--stdio",
+            mcpgw(),
+            "serve",
+            "--stdio",
+            "--config",
+            &path,
+            "--",
+        ],
+        era,
+        script,
+    )
+}
+
 /// All text of a tool result's content blocks, joined.
 pub fn result_text(result: &Value) -> String {
     result["content"]

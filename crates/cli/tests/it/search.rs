@@ -27,17 +27,8 @@ fn names(result: &Value) -> Vec<String> {
 #[test]
 fn hybrid_search_finds_semantic_matches_and_fuses_several_queries() {
     let config = hybrid_config();
-    let path = config.path.display().to_string();
-    let report = py_client(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
+    let report = py_client_stdio(
+        &config,
         "modern",
         json!([
             // BM25 does not return get_current_time for this query at all (checked below).
