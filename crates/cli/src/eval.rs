@@ -17,7 +17,7 @@ use embed::local::{LoadOptions, LocalModel};
 use ::eval::{
     Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
 };
-use retrieval::{Hybrid, Language};
+use retrieval::{Field, Hybrid, Language};
 
 use crate::{Failure, render};
 
@@ -74,6 +74,11 @@ pub(crate) struct Args {
     /// BM25 variant to measure: length normalisation b.
     #[arg(long)]
     b: Option<f32>,
+    /// BM25 variant to measure: one field's weight, as FIELD=WEIGHT (fields: name, server,
+    /// description, param_name, param_description, server_description; 0 switches a field
+    /// off). Repeatable.
+    #[arg(long = "weight", value_name = "FIELD=WEIGHT", value_parser = field_weight)]
+    weights: Vec<(Field, f32)>,
     /// What the tool embedding text adds: auto (the gateway's choice: the server's
     /// description when there are several servers), none, name, description or both.
     #[arg(long, default_value = "auto")]
@@ -107,6 +112,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     let mut bm25 = IndexOptions::default().bm25;
     bm25.k1 = args.k1.unwrap_or(bm25.k1);
     bm25.b = args.b.unwrap_or(bm25.b);
+    for &(field, weight) in &args.weights {
+        bm25.weights.set(field, weight);
+    }
     let mut index = IndexOptions {
         bm25,
         ..IndexOptions::default()
@@ -222,9 +230,38 @@ async fn load_model(
         .map_err(|e| e.to_string())
 }
 
+/// `name=2.5` as a field and its weight.
+fn field_weight(text: &str) -> Result<(Field, f32), String> {
+    let (name, weight) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not FIELD=WEIGHT"))?;
+    let field = Field::ALL
+        .into_iter()
+        .find(|field| field.as_str() == name.trim())
+        .ok_or_else(|| {
+            let names: Vec<&str> = Field::ALL.iter().map(|field| field.as_str()).collect();
+            format!("unknown field `{name}`; fields: {}", names.join(", "))
+        })?;
+    let weight: f32 = weight
+        .trim()
+        .parse()
+        .map_err(|_| format!("weight `{weight}` is not a number"))?;
+    if !weight.is_finite() || weight < 0.0 {
+        return Err(format!("weight {weight} must be 0 or more"));
+    }
+    Ok((field, weight))
+}
+
 /// The BM25 settings in words, e.g. `k1=1.2 b=0.75 stemming stop-words`.
 fn bm25_words(index: &IndexOptions) -> String {
     let mut words = vec![format!("k1={} b={}", index.bm25.k1, index.bm25.b)];
+    let weights = &index.bm25.weights;
+    let defaults = retrieval::FieldWeights::default();
+    for field in Field::ALL {
+        if weights.get(field) != defaults.get(field) {
+            words.push(format!("{}={}", field.as_str(), weights.get(field)));
+        }
+    }
     if index.analyzer.stemming.is_some() {
         words.push("stemming".to_string());
     }
@@ -369,5 +406,39 @@ impl ::eval::Progress for Bar {
         if let Some(bar) = &*self.0.borrow() {
             bar.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_weights_parse_and_say_what_is_wrong() {
+        assert_eq!(field_weight("name=2.5"), Ok((Field::Name, 2.5)));
+        assert_eq!(
+            field_weight(" param_description = 0 "),
+            Ok((Field::ParamDescription, 0.0))
+        );
+        assert_eq!(
+            field_weight("name"),
+            Err("`name` is not FIELD=WEIGHT".to_string())
+        );
+        assert_eq!(
+            field_weight("title=1"),
+            Err(
+                "unknown field `title`; fields: name, server, description, param_name, \
+                 param_description, server_description"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            field_weight("name=heavy"),
+            Err("weight `heavy` is not a number".to_string())
+        );
+        assert_eq!(
+            field_weight("name=-1"),
+            Err("weight -1 must be 0 or more".to_string())
+        );
     }
 }
