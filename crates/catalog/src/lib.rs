@@ -380,6 +380,13 @@ impl Catalog {
                 _ => Vec::new(),
             }
         };
+        // One query's ranking feeds the answer (top_k) or the capability fusion (its depth);
+        // the inputs of each hybrid fusion stay full depth, only the fused tail is skipped.
+        let depth = if request.queries.len() == 1 {
+            request.top_k
+        } else {
+            request.top_k.max(MULTI_QUERY_DEPTH)
+        };
         let mut rankings: Vec<Vec<Hit>> = request
             .queries
             .iter()
@@ -400,7 +407,7 @@ impl Catalog {
                     if hybrid.balance >= 100 && !semantic.is_empty() {
                         semantic
                     } else {
-                        hybrid.fuse(&lexical(query), &semantic, &key)
+                        hybrid.fuse_top(&lexical(query), &semantic, &key, depth)
                     }
                 }
             })

@@ -36,9 +36,9 @@ pub(crate) struct Args {
     /// Folder holding the model's files (default: the standard model folders).
     #[arg(long)]
     model_dir: Option<PathBuf>,
-    /// Threads for the embedding model.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// Threads for the embedding model (default: as the gateway, the available parallelism).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Texts per embedding call (the model splits them into its own batches).
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
@@ -218,11 +218,12 @@ fn strategies(flag: &str) -> Result<Vec<Strategy>, Failure> {
 async fn load_model(
     model: LocalModel,
     dir: Option<PathBuf>,
-    threads: usize,
+    threads: Option<usize>,
 ) -> Result<Arc<dyn Embedder>, String> {
+    let defaults = LoadOptions::default();
     let options = LoadOptions {
-        threads: threads.max(1),
-        ..LoadOptions::default()
+        threads: threads.unwrap_or(defaults.threads).max(1),
+        ..defaults
     };
     tokio::task::spawn_blocking(move || embed::local::load_with(model, dir.as_deref(), &options))
         .await

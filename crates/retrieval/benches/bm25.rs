@@ -7,7 +7,7 @@
 use std::sync::OnceLock;
 
 use divan::{Bencher, black_box};
-use retrieval::{Analyzer, Bm25Index, Bm25Params, Document, Field, Language};
+use retrieval::{Bm25Index, Bm25Params, Document, Field};
 
 fn main() {
     divan::main();
@@ -41,43 +41,6 @@ fn rank<const SIZE: usize>(bencher: Bencher, query: &str) {
 fn rank_filtered<const SIZE: usize>(bencher: Bencher) {
     let index = index(SIZE);
     bencher.bench(|| index.rank(black_box("list files in a directory"), &|doc| doc % 2 == 0));
-}
-
-/// The sizes measured with the settings the gateway uses (catalog's `IndexOptions`), up to
-/// 100k tools.
-const GATEWAY_SIZES: [usize; 3] = [1_000, 10_000, 100_000];
-
-/// The gateway's settings: English stemming and stop words, k1 0.9, b 0.4.
-fn gateway_index(size: usize) -> &'static Bm25Index {
-    static INDEXES: [OnceLock<Bm25Index>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let slot = GATEWAY_SIZES.iter().position(|&s| s == size).unwrap_or(0);
-    INDEXES[slot].get_or_init(|| build_gateway(&catalog(size)))
-}
-
-fn build_gateway(docs: &[Document]) -> Bm25Index {
-    let params = Bm25Params {
-        k1: 0.9,
-        b: 0.4,
-        ..Bm25Params::default()
-    };
-    let analyzer = Analyzer {
-        stemming: Some(Language::English),
-        stop_words: Some(Language::English),
-        ..Analyzer::default()
-    };
-    Bm25Index::build_with(docs, &params, analyzer)
-}
-
-#[divan::bench(args = GATEWAY_SIZES, sample_count = 10)]
-fn build_as_gateway(bencher: Bencher, size: usize) {
-    let docs = catalog(size);
-    bencher.bench(|| build_gateway(black_box(&docs)));
-}
-
-#[divan::bench(consts = GATEWAY_SIZES, args = QUERIES)]
-fn rank_as_gateway<const SIZE: usize>(bencher: Bencher, query: &str) {
-    let index = gateway_index(SIZE);
-    bencher.bench(|| index.rank(black_box(query), &|_| true));
 }
 
 fn index(size: usize) -> &'static Bm25Index {

@@ -28,6 +28,16 @@ pub const RRF_K: f32 = 60.0;
 /// added, so weight 0 means "this list is off", not "its documents score 0". A document that
 /// repeats within one list counts once, at its first (best) rank. Input scores are not read.
 pub fn fuse<'k>(lists: &[(&[Hit], f32)], key: &dyn Fn(DocId) -> &'k str) -> Vec<Hit> {
+    fuse_top(lists, key, usize::MAX)
+}
+
+/// The first `limit` hits of [`fuse`], in the same order, without sorting the rest: the
+/// inputs stay full depth, only the fused list's tail is left unsorted and dropped.
+pub fn fuse_top<'k>(
+    lists: &[(&[Hit], f32)],
+    key: &dyn Fn(DocId) -> &'k str,
+    limit: usize,
+) -> Vec<Hit> {
     let lists: Vec<(&[Hit], f64)> = lists
         .iter()
         .filter(|(_, weight)| weight.is_finite() && *weight > 0.0)
@@ -63,12 +73,21 @@ pub fn fuse<'k>(lists: &[(&[Hit], f32)], key: &dyn Fn(DocId) -> &'k str) -> Vec<
             score: score as f32,
         })
         .collect();
-    hits.sort_unstable_by(|a, b| {
+    // A total order (score, key, id), so partial selection gives the same head as a full sort.
+    let order = |a: &Hit, b: &Hit| {
         b.score
             .total_cmp(&a.score)
             .then_with(|| key(a.doc).cmp(key(b.doc)))
             .then(a.doc.cmp(&b.doc))
-    });
+    };
+    if limit == 0 {
+        return Vec::new();
+    }
+    if limit < hits.len() {
+        hits.select_nth_unstable_by(limit - 1, order);
+        hits.truncate(limit);
+    }
+    hits.sort_unstable_by(order);
     hits
 }
 
@@ -168,15 +187,28 @@ impl Hybrid {
         vector: &[Hit],
         key: &dyn Fn(DocId) -> &'k str,
     ) -> Vec<Hit> {
+        self.fuse_top(bm25, vector, key, usize::MAX)
+    }
+
+    /// The first `limit` hits of [`Hybrid::fuse`], in the same order: what a search for the
+    /// top k needs, without sorting the whole fused list.
+    pub fn fuse_top<'k>(
+        &self,
+        bm25: &[Hit],
+        vector: &[Hit],
+        key: &dyn Fn(DocId) -> &'k str,
+        limit: usize,
+    ) -> Vec<Hit> {
         let vector = self.strong(vector);
         let semantic = f32::from(self.balance.min(100)) / 100.0;
+        let head = |list: &[Hit]| list[..limit.min(list.len())].to_vec();
         if self.balance == 0 || vector.is_empty() {
-            return bm25.to_vec();
+            return head(bm25);
         }
         if self.balance >= 100 || bm25.is_empty() {
-            return vector.into_owned();
+            return head(&vector);
         }
-        fuse(&[(bm25, 1.0 - semantic), (&vector, semantic)], key)
+        fuse_top(&[(bm25, 1.0 - semantic), (&vector, semantic)], key, limit)
     }
 }
 
@@ -384,6 +416,21 @@ mod tests {
             let mut got: Vec<DocId> = fused.iter().map(|h| h.doc).collect();
             got.sort_unstable();
             prop_assert_eq!(got, expected);
+        }
+
+        #[test]
+        fn top_k_is_the_head_of_the_full_fusion(
+            a in ranked(), b in ranked(), balance in 0u8..=100, limit in 0usize..12,
+            min in proptest::option::of(0.0f32..100.0),
+        ) {
+            let (a, b) = (list(&a), list(&b));
+            let hybrid = Hybrid { balance, min_similarity: min };
+            let full = hybrid.fuse(&a, &b, &key);
+            let head = &full[..limit.min(full.len())];
+            prop_assert_eq!(hybrid.fuse_top(&a, &b, &key, limit), head.to_vec());
+            let lists = [(a.as_slice(), 0.4), (b.as_slice(), 0.6)];
+            let full = fuse(&lists, &key);
+            prop_assert_eq!(fuse_top(&lists, &key, limit), full[..limit.min(full.len())].to_vec());
         }
 
         #[test]

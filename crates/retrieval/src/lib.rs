@@ -30,5 +30,5 @@ mod vector;
 pub use analyzer::{Analyzer, Language, tokenize};
 pub use bm25::{Bm25Index, Bm25Params, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
-pub use hybrid::{Hybrid, RRF_K, fuse};
+pub use hybrid::{Hybrid, RRF_K, fuse, fuse_top};
 pub use vector::{VectorError, VectorIndex};
