@@ -1,31 +1,51 @@
 //! mcpgw's persistence: one embedded SQLite database, all SQL in this crate.
 //!
-//! Today it holds the embedding cache; tokens, OAuth clients, approvals, pins and the audit log
-//! join it as their features land. Callers get domain types, never rows.
+//! It holds the embedding cache (`embeddings`) and the OAuth state for upstream servers
+//! (`oauth`: client registrations per authorization server, credentials per server and
+//! principal, pending authorizations), sealed with a secret key (`secrets`). Approvals, pins
+//! and the audit log join it as their features land. Callers get domain types, never rows.
 //!
 //! Architecture invariants:
 //! - All SQL lives here; schema changes are numbered migrations in `migrations/`, applied on
 //!   open, never edited once released.
 //! - The database is a cache and a record, not a source of truth for configuration: losing
-//!   it costs re-embedding (and, later, re-authorising), never a wrong answer.
+//!   it costs re-embedding and re-authorising, never a wrong answer.
 //! - A value read back that does not decode (wrong length, wrong dimension) is treated as
 //!   absent and reported, never used.
+//! - Secrets (tokens, client secrets, PKCE verifiers) are stored only sealed: AES-256-GCM
+//!   under the store's secret key, with the row's identity as associated data. Plain columns
+//!   hold only what is not secret (ids, issuers, expiry times, registration metadata).
+//! - A sealed value that does not open (another key, another row, tampered, unknown format
+//!   version) is absent, logged once naming its row, never returned and never an error. Only a
+//!   key that cannot be loaded is an error, and only for the call that needed it.
+//! - The secret key is loaded on first secret use (`$MCPGW_SECRET_KEY`, else a 0600 key
+//!   file), so the embedding cache works with no key at all. Key material is zeroized on drop
+//!   and appears in no `Debug` output, error or log; nor does any stored value.
 
 mod embeddings;
+mod oauth;
+mod secrets;
 
 /// Schema migrations in order; the database's `user_version` is the number applied.
 /// Released entries are never edited: a change is a new entry.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_embeddings.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_embeddings.sql"),
+    include_str!("../migrations/0002_oauth.sql"),
+];
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
 pub use embeddings::{TextHash, text_hash};
+pub use oauth::{AUTH_STATE_TTL, AuthState, ClientRegistration, CredentialStatus, Credentials};
+pub use secrets::{KeySource, SECRET_KEY_FILE, SECRET_KEY_VAR};
 
-/// Why the store failed. Messages are lower-case and name the file, never a stored value.
+/// Why the store failed. Messages are lower-case and name the file or variable, never a stored
+/// value or key.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot create the directory for the database {path}: {source}")]
@@ -48,17 +68,49 @@ pub enum StoreError {
     },
     #[error("database query failed: {0}")]
     Query(#[from] sqlx::Error),
+    #[error(
+        "the environment variable {var} is not a valid secret key: expected the base64 encoding of 32 bytes"
+    )]
+    MalformedKeyVar { var: &'static str },
+    #[error(
+        "the secret key file {path} is not a valid secret key: expected the base64 encoding of 32 bytes"
+    )]
+    MalformedKeyFile { path: PathBuf },
+    #[error(
+        "the secret key file {path} is accessible to other users (mode {mode:03o}); restrict it with `chmod 600`"
+    )]
+    InsecureKeyFile { path: PathBuf, mode: u32 },
+    #[error("cannot read or create the secret key file {path}: {source}")]
+    KeyFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the client registration metadata for {issuer} is not a JSON object")]
+    MalformedMetadata { issuer: String },
+    #[error("the operating system's random number generator failed")]
+    Random,
+    #[error("cannot encrypt a value for {table}")]
+    Seal { table: &'static str },
 }
 
-/// A handle on the database; cheap to clone (a connection pool).
+/// A handle on the database; cheap to clone (a connection pool and the shared secret key).
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: SqlitePool,
+    secrets: Arc<secrets::Secrets>,
 }
 
 impl Store {
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
+    /// Secrets use [`KeySource::beside`] `path`: `$MCPGW_SECRET_KEY`, else `secret.key` in the
+    /// database's directory.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with(path, KeySource::beside(path)).await
+    }
+
+    /// Like [`Store::open`], with the secret key from `keys` (read on first secret use).
+    pub async fn open_with(path: &Path, keys: KeySource) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
@@ -82,10 +134,11 @@ impl Store {
                 path: path.to_owned(),
                 source,
             })?;
-        Self::migrate(pool, path).await
+        Self::migrate(pool, path, keys).await
     }
 
-    /// A private in-memory database (tests, `--no-store` runs).
+    /// A private in-memory database (tests, `--no-store` runs). Its secrets are sealed with an
+    /// ephemeral key: they die with the database anyway.
     pub async fn open_in_memory() -> Result<Store, StoreError> {
         let path = Path::new(":memory:");
         // One connection: every connection to ":memory:" would be its own empty database.
@@ -97,13 +150,13 @@ impl Store {
                 path: path.to_owned(),
                 source,
             })?;
-        Self::migrate(pool, path).await
+        Self::migrate(pool, path, KeySource::ephemeral()).await
     }
 
     /// Applies the migrations newer than the database's `user_version`, each in its own
     /// transaction together with the version bump. (sqlx's migrator needs its macro feature and
     /// a bookkeeping table; SQLite's `user_version` does the job in a few lines.)
-    async fn migrate(pool: SqlitePool, path: &Path) -> Result<Store, StoreError> {
+    async fn migrate(pool: SqlitePool, path: &Path, keys: KeySource) -> Result<Store, StoreError> {
         let fail = |source: sqlx::Error| StoreError::Migrate {
             path: path.to_owned(),
             source,
@@ -131,7 +184,10 @@ impl Store {
             tx.commit().await.map_err(fail)?;
             tracing::debug!(version, "database migrated");
         }
-        Ok(Store { pool })
+        Ok(Store {
+            pool,
+            secrets: Arc::new(secrets::Secrets::new(keys)),
+        })
     }
 
     /// The default database location: `$XDG_DATA_HOME/mcpgw/mcpgw.db`, else
