@@ -32,6 +32,9 @@ async fn started_gateway(config: config::Config) -> Arc<Gateway> {
     gateway
 }
 
+/// How long `serve` waits for the tool embeddings before it starts serving without them.
+const EMBEDDING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(crate) async fn serve(
     config_path: Option<&Path>,
     stdio: bool,
@@ -66,6 +69,17 @@ pub(crate) async fn serve(
         }
     }
     tracing::info!(tools = gateway.catalog().tools().len(), "catalog ready");
+    // A small or cached catalog is embedded within moments: serve with vectors from the first
+    // search. Thousands of new tools take minutes: serve BM25 meanwhile rather than nothing.
+    if tokio::time::timeout(EMBEDDING_WAIT, gateway.embedded())
+        .await
+        .is_err()
+    {
+        tracing::info!(
+            waited_s = EMBEDDING_WAIT.as_secs(),
+            "tool embeddings still running; serving BM25 search until they are ready"
+        );
+    }
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     let served = match listener {
@@ -113,6 +127,8 @@ pub(crate) async fn search(
     }
     let config = load_config(config_path)?;
     let gateway = started_gateway(config).await;
+    // One search, once: worth waiting for the tool embeddings rather than answering lexically.
+    gateway.embedded().await;
     let search = gateway::Search {
         queries: vec![query.to_owned()],
         top_k,

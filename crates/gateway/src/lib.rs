@@ -102,10 +102,12 @@ impl Gateway {
         gateway
     }
 
-    /// Connects every server concurrently and builds the first catalog. Returns when each server
-    /// is ready or failed; `on_settled` reports each as it settles.
-    /// The embedder loads (and the store opens) while the servers connect; the first catalog is
-    /// published as soon as the tool lists are in, and again with vectors once they are embedded.
+    /// Connects every server concurrently and publishes the first catalog. Returns when each
+    /// server is ready or failed and the lexical catalog is published; `on_settled` reports
+    /// each server as it settles. The embedder loads (and the store opens) while the servers
+    /// connect. Tool embeddings are computed in the background: with thousands of new tools
+    /// they take minutes, and BM25 serves meanwhile (searches say "tool embeddings not
+    /// ready"). [`Gateway::embedded`] waits for them.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
         let semantic = async {
             let store = open_store(&self.config.store).await;
@@ -115,8 +117,18 @@ impl Gateway {
         };
         let (semantic, ()) = tokio::join!(semantic, self.upstreams.connect_all(on_settled));
         let _ = self.semantic.set(semantic);
-        self.refresh_catalog().await;
+        let (published, lexical) = tokio::sync::oneshot::channel();
+        let gateway = Arc::clone(self);
+        tokio::spawn(async move { gateway.refresh(Some(published)).await });
+        // The sender is dropped unsent only if the refresh task died; start returns anyway.
+        let _ = lexical.await;
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+    }
+
+    /// Waits until no catalog refresh is running, so the catalog carries tool vectors when
+    /// they could be computed (for one-shot commands such as `mcpgw search`).
+    pub async fn embedded(&self) {
+        drop(self.refreshing.lock().await);
     }
 
     /// The embedder, when one is loaded.
@@ -213,17 +225,32 @@ impl Gateway {
     /// Rebuilds the catalog from every server's last good tool list and publishes it, then
     /// embeds the tools (from the cache where possible) and publishes it again with vectors.
     pub async fn refresh_catalog(&self) {
+        self.refresh(None).await
+    }
+
+    /// [`Gateway::refresh_catalog`], saying on `published` when the lexical catalog is out.
+    async fn refresh(&self, published: Option<tokio::sync::oneshot::Sender<()>>) {
         let _one_at_a_time = self.refreshing.lock().await;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let catalog = self.build_catalog();
-        let Some(semantic) = self.semantic().cloned() else {
-            self.publish(generation, catalog);
+        let semantic = self.semantic().cloned();
+        self.publish(generation, catalog.clone());
+        if let Some(published) = published {
+            let _ = published.send(());
+        }
+        let Some(semantic) = semantic else {
             return;
         };
-        self.publish(generation, catalog.clone());
         match semantic.tool_vectors(&catalog).await {
             Ok(vectors) => match catalog.with_vectors(semantic.model_id().to_owned(), vectors) {
-                Ok(with_vectors) => self.publish(generation, with_vectors),
+                Ok(with_vectors) => {
+                    tracing::info!(
+                        tools = with_vectors.len(),
+                        model = semantic.model_id(),
+                        "search vectors ready"
+                    );
+                    self.publish(generation, with_vectors)
+                }
                 Err(error) => tracing::warn!(%error, "tool vectors rejected; search stays lexical"),
             },
             Err(error) => {

@@ -154,3 +154,54 @@ fn missing_model_degrades_to_bm25_and_says_so() {
     assert!(stderr.contains("no embedding model available"), "{stderr}");
     assert!(stderr.contains("served BM25"), "{stderr}");
 }
+
+/// Embedding thousands of new tools takes minutes; the gateway must not sit silent meanwhile.
+/// An embedding endpoint that holds every batch stands in for a slow model: `serve` waits a
+/// bounded time, then answers searches with BM25 and says the embeddings are not ready.
+#[test]
+fn serve_answers_with_bm25_while_tool_embeddings_run() {
+    let port = free_port();
+    let _endpoint = Proc::spawn(
+        "slow embeddings",
+        std::process::Command::new(venv_bin("python"))
+            .arg(repo_root().join("tests/fixtures/slow_embeddings.py"))
+            .args([&port.to_string(), "120"]),
+    );
+    wait_until(
+        "the embedding endpoint",
+        std::time::Duration::from_secs(30),
+        || port_open(port),
+    );
+    let config = write_config(&format!(
+        "[retrieval]\nstrategy = \"hybrid\"\n\n[retrieval.embedder]\ntype = \"remote\"\n\
+         base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"slow\"\ntimeout_s = 300\n\n{}",
+        time_stdio_server("time")
+    ));
+    let started = std::time::Instant::now();
+    let gateway = Gateway::start(config);
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "modern",
+        json!([{"op": "call_tool", "name": "search_tools", "arguments": {"query": "convert time zone"}}]),
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "answered before the 120 s batch finished"
+    );
+    let result = &report["steps"][0]["structuredContent"];
+    assert_eq!(
+        result["degraded"], "tool embeddings not ready; served BM25",
+        "{result}"
+    );
+    assert_eq!(
+        result["results"][0]["name"], "time__convert_time",
+        "{result}"
+    );
+    assert!(
+        gateway
+            .log_text()
+            .contains("serving BM25 search until they are ready"),
+        "{}",
+        gateway.log_text()
+    );
+}
