@@ -33,6 +33,11 @@ pub enum ConfigError {
     /// A secret reference names a variable that is not set. Names the variable, never a value.
     #[error("environment variable {var} is not set (hint: export {var} before starting mcpgw)")]
     MissingEnv { var: String },
+    /// A credential variable that is set but empty (or only whitespace).
+    #[error(
+        "environment variable {var} is empty (hint: export {var} with the credential before starting mcpgw)"
+    )]
+    EmptyEnv { var: String },
     #[error("environment variable {var} does not hold valid UTF-8")]
     EnvNotUnicode { var: String },
     #[error("invalid server name `{name}`: {reason}")]

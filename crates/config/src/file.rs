@@ -88,6 +88,52 @@ pub(crate) struct ServerFile {
     pub timeout_s: Option<i64>,
     pub enabled: Option<bool>,
     pub transport: Option<TransportFile>,
+    pub auth: Option<AuthFile>,
+}
+
+/// `auth = { type = "bearer", env = "VAR" }` and friends. Tagged like [`TransportFile`], with
+/// `deny_unknown_fields` on each variant's struct for the same reason.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub(crate) enum AuthFile {
+    None(NoAuthFile),
+    Bearer(BearerAuthFile),
+    Header(HeaderAuthFile),
+    OAuth(OAuthFile),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoAuthFile {}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BearerAuthFile {
+    pub env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HeaderAuthFile {
+    pub name: Option<String>,
+    pub scheme: Option<String>,
+    pub env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OAuthFile {
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    pub client_id: Option<String>,
+    pub client_secret_env: Option<String>,
+    pub client_metadata_url: Option<String>,
+    pub redirect_uri: Option<String>,
+    #[serde(default)]
+    pub authorization_params: BTreeMap<String, String>,
+    #[serde(default)]
+    pub token_params: BTreeMap<String, String>,
+    pub resource: Option<String>,
 }
 
 /// Internally tagged. `deny_unknown_fields` has to sit on each variant's struct: serde
@@ -220,7 +266,7 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`"
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`"
             ],
         );
     }
@@ -256,6 +302,40 @@ mod tests {
             expect![[
                 r#"mcpgw.toml:3:13: invalid type: integer `1`, expected a string or a secret reference like { env = "VAR" }"#
             ]],
+        );
+    }
+
+    #[test]
+    fn unknown_field_or_type_in_auth() {
+        check(
+            "[[servers]]\nname = \"a\"\nauth = { type = \"bearer\", token = \"x\" }\n",
+            expect!["mcpgw.toml:3:8: unknown field `token`, expected `env`"],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\nauth = { type = \"header\", name = \"X\", env = \"E\", prefix = \"x\" }\n",
+            expect![
+                "mcpgw.toml:3:8: unknown field `prefix`, expected one of `name`, `scheme`, `env`"
+            ],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\nauth = { type = \"none\", env = \"E\" }\n",
+            expect!["mcpgw.toml:3:8: unknown field `env`, there are no fields"],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\n[servers.auth]\ntype = \"oauth\"\nscope = \"read\"\n",
+            expect![
+                "mcpgw.toml:3:1: unknown field `scope`, expected one of `scopes`, `client_id`, `client_secret_env`, `client_metadata_url`, `redirect_uri`, `authorization_params`, `token_params`, `resource`"
+            ],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\nauth = { type = \"basic\", env = \"E\" }\n",
+            expect![
+                "mcpgw.toml:3:17: unknown variant `basic`, expected one of `none`, `bearer`, `header`, `oauth`"
+            ],
+        );
+        check(
+            "[[servers]]\nname = \"a\"\nauth = { type = \"oauth\", scopes = \"read write\" }\n",
+            expect![[r#"mcpgw.toml:3:8: invalid type: string "read write", expected a sequence"#]],
         );
     }
 

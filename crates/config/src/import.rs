@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use self::json::Json;
+use crate::auth::{AUTHORIZATION, env_name_problem};
 use crate::file::{
-    GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
-    ValueFile,
+    AuthFile, BearerAuthFile, GatewayFile, HttpFile, RetrievalFile, ServerFile, StdioFile,
+    StoreFile, TransportFile, ValueFile,
 };
 use crate::server::name_problem;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
@@ -235,7 +236,8 @@ impl Mapper {
                 )),
             }
         }
-        let transport = self.transport(path, &name, &e)?;
+        let mut transport = self.transport(path, &name, &e)?;
+        let auth = bearer_strategy(&mut transport);
         if matches!(transport, TransportFile::Stdio(_)) {
             self.left_out(
                 &name,
@@ -256,6 +258,7 @@ impl Mapper {
             timeout_s: None,
             enabled: e.disabled.then_some(false),
             transport: Some(transport),
+            auth,
         };
         Some(LocatedServer {
             path: path.to_owned(),
@@ -512,6 +515,31 @@ fn placeholder(text: &str) -> Option<(&str, Placeholder<'_>)> {
         .map(|var| (prefix, Placeholder::Env(var)))
 }
 
+/// An `Authorization: Bearer <variable>` header (a `${env:..}` placeholder, or a secret the
+/// import moved to the environment) becomes the bearer strategy, which is what it means.
+/// Anything else, such as an inline token served from the JSON file, stays a header.
+fn bearer_strategy(transport: &mut TransportFile) -> Option<AuthFile> {
+    let (TransportFile::Http(http) | TransportFile::Sse(http)) = transport else {
+        return None;
+    };
+    let key = http.headers.iter().find_map(|(name, value)| match value {
+        ValueFile::Env {
+            env,
+            prefix: Some(prefix),
+        } if name.eq_ignore_ascii_case(AUTHORIZATION)
+            && prefix == BEARER
+            && env_name_problem(env).is_none() =>
+        {
+            Some(name.clone())
+        }
+        _ => None,
+    })?;
+    let Some(ValueFile::Env { env, .. }) = http.headers.remove(&key) else {
+        return None;
+    };
+    Some(AuthFile::Bearer(BearerAuthFile { env: Some(env) }))
+}
+
 fn is_sse_url(url: &str) -> bool {
     url::Url::parse(url).is_ok_and(|url| url.path().trim_end_matches('/').ends_with("/sse"))
 }
@@ -609,13 +637,8 @@ mod tests {
 
                 [[servers]]
                 name = "remote"
-
-                [servers.transport]
-                type = "sse"
-                url = "https://mcp.example.com/sse"
-
-                [servers.transport.headers]
-                Authorization = { env = "REMOTE_AUTHORIZATION", prefix = "Bearer " }
+                auth = { type = "bearer", env = "REMOTE_AUTHORIZATION" }
+                transport = { type = "sse", url = "https://mcp.example.com/sse" }
             "#]],
         );
     }
@@ -688,13 +711,8 @@ mod tests {
 
                 [[servers]]
                 name = "github"
-
-                [servers.transport]
-                type = "http"
-                url = "https://api.githubcopilot.com/mcp/"
-
-                [servers.transport.headers]
-                Authorization = { env = "GITHUB_AUTHORIZATION", prefix = "Bearer " }
+                auth = { type = "bearer", env = "GITHUB_AUTHORIZATION" }
+                transport = { type = "http", url = "https://api.githubcopilot.com/mcp/" }
 
                 [[servers]]
                 name = "fetch"

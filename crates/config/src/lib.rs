@@ -8,11 +8,13 @@
 //! Invariants:
 //! - A [`Config`] returned by [`load`] or [`parse_toml`] is always valid: names are unique
 //!   [`ServerName`]s, timeouts are in range, urls are http(s).
-//! - Secrets are only materialised by [`Value::resolve`], at connect time. A resolved
+//! - Secrets are only materialised by [`Value::resolve`], [`Auth::credential`] and
+//!   [`OAuthConfig::client_secret`], at connect time, into `SecretString`s. A resolved
 //!   config holds variable names, not credentials (except a JSON file served directly,
 //!   see [`load`]), and no `Debug` output prints a header or env value.
 //! - This crate does no network IO and starts no processes.
 
+mod auth;
 mod discover;
 mod error;
 mod file;
@@ -26,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
 pub use crate::discover::discover;
 pub use crate::error::{ConfigError, Problem};
 pub use crate::import::{Imported, import_mcp_servers_json};

@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 use url::Url;
 
-use crate::{ConfigError, Value};
+use crate::value::looks_secret;
+use crate::{Auth, ConfigError, Value};
 
 /// Longest server name. Short because it prefixes every qualified tool name, and those are
 /// capped at 64 characters by clients.
@@ -142,6 +143,8 @@ pub struct ServerConfig {
     /// Per-request timeout, 1..=300 s, default 30 s.
     pub timeout: Duration,
     pub transport: Transport,
+    /// Always [`Auth::None`] for stdio servers, which get credentials through `env`.
+    pub auth: Auth,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -169,6 +172,17 @@ pub struct HttpTransport {
     /// query parameter; a JSON file served directly may have them.
     pub url: Url,
     pub headers: BTreeMap<String, Value>,
+}
+
+impl HttpTransport {
+    /// The custom headers that carry a credential: a name such as `Authorization`,
+    /// `X-Api-Key` or `Cookie`, the same rule that keeps their values out of mcpgw.toml.
+    pub fn credential_headers(&self) -> impl Iterator<Item = (&str, &Value)> {
+        self.headers
+            .iter()
+            .filter(|(name, _)| looks_secret(name))
+            .map(|(name, value)| (name.as_str(), value))
+    }
 }
 
 /// Hides a url's password and query, where a JSON file served directly may keep a key.

@@ -7,16 +7,19 @@ use std::time::Duration;
 
 use url::Url;
 
+use crate::auth::{
+    FLOW_AUTHORIZATION_PARAMS, FLOW_TOKEN_PARAMS, RESERVED_HEADERS, env_name_problem, is_loopback,
+};
 use crate::file::{
-    ConfigFile, EmbedderFile, GatewayFile, HttpFile, RemoteEmbedderFile, RetrievalFile, ServerFile,
-    StdioFile, StoreFile, TransportFile, ValueFile,
+    AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile, OAuthFile,
+    RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
 };
 use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
-    Config, ConfigError, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HttpTransport,
-    Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig, ServerName, StdioTransport,
-    StoreConfig, Transport, Value,
+    Auth, Config, ConfigError, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth,
+    HttpTransport, OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig,
+    ServerName, StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -358,6 +361,8 @@ impl Validator {
             .as_ref()
             .map_or("SERVER", ServerName::as_str)
             .to_owned();
+        let stdio = matches!(server.transport, Some(TransportFile::Stdio(_)));
+        let auth = self.auth(&format!("{path}.auth"), &label, server.auth, stdio);
         let transport = match server.transport {
             None => {
                 self.problems.push(Problem::new(transport_path, "missing transport").hint(
@@ -385,7 +390,309 @@ impl Validator {
             enabled: server.enabled.unwrap_or(true),
             timeout: timeout?,
             transport: transport?,
+            auth,
         })
+    }
+
+    fn auth(&mut self, path: &str, server: &str, file: Option<AuthFile>, stdio: bool) -> Auth {
+        let Some(file) = file else {
+            return Auth::None;
+        };
+        if stdio && !matches!(file, AuthFile::None(_)) {
+            let named = match &file {
+                AuthFile::Bearer(bearer) => bearer.env.clone(),
+                AuthFile::Header(header) => header.env.clone(),
+                AuthFile::None(_) | AuthFile::OAuth(_) => None,
+            };
+            let var = named
+                .filter(|var| env_name_problem(var).is_none())
+                .unwrap_or_else(|| header_var_name(server, "token"));
+            self.problems.push(
+                Problem::new(path, "auth applies to http and sse servers, not to stdio")
+                    .hint(format!(
+                        "a stdio server gets credentials through its environment: transport.env = {{ {var} = {{ env = \"{var}\" }} }}"
+                    )),
+            );
+            return Auth::None;
+        }
+        match file {
+            AuthFile::None(_) => Auth::None,
+            AuthFile::Bearer(bearer) => self
+                .auth_env(path, server, bearer.env)
+                .map(|env| Auth::Bearer { env })
+                .unwrap_or_default(),
+            AuthFile::Header(header) => self.header_auth(path, server, header),
+            AuthFile::OAuth(oauth) => Auth::OAuth(Box::new(self.oauth(path, oauth))),
+        }
+    }
+
+    /// The `env` of a static strategy. Problems never repeat the text: it may be the token.
+    fn auth_env(&mut self, path: &str, server: &str, env: Option<String>) -> Option<String> {
+        let suggested = header_var_name(server, "token");
+        match env {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{path}.env"), "missing env").hint(format!(
+                        "name the environment variable that holds the credential, such as env = \"{suggested}\""
+                    )),
+                );
+                None
+            }
+            Some(env) => match env_name_problem(&env) {
+                None => Some(env),
+                Some(problem) => {
+                    self.problems.push(
+                        Problem::new(format!("{path}.env"), problem).hint(format!(
+                            "write the name of the variable that holds the credential, such as env = \"{suggested}\", and export it"
+                        )),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    fn header_auth(&mut self, path: &str, server: &str, file: HeaderAuthFile) -> Auth {
+        let name = match file.name {
+            None => {
+                self.problems.push(
+                    Problem::new(format!("{path}.name"), "missing header name")
+                        .hint("name the header the server reads the credential from, such as name = \"X-Api-Key\""),
+                );
+                None
+            }
+            Some(name) if !is_header_name(&name) => {
+                self.problems.push(Problem::new(
+                    format!("{path}.name"),
+                    format!("`{name}` is not a valid HTTP header name"),
+                ));
+                None
+            }
+            Some(name) if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.name"),
+                        format!("`{name}` is set by the transport and cannot carry a credential"),
+                    )
+                    .hint(
+                        "use the header the server documents, such as X-Api-Key or Authorization",
+                    ),
+                );
+                None
+            }
+            Some(name) => Some(name),
+        };
+        let scheme = match file.scheme {
+            Some(scheme) if !is_header_name(&scheme) => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.scheme"),
+                        "the scheme must be one word, such as \"Token\" or \"Bearer\"",
+                    )
+                    .hint("leave it out to send the variable's value as it is"),
+                );
+                None
+            }
+            scheme => scheme,
+        };
+        let env = self.auth_env(path, server, file.env);
+        match (name, env) {
+            (Some(name), Some(env)) => Auth::Header(HeaderAuth { name, scheme, env }),
+            _ => Auth::None,
+        }
+    }
+
+    fn oauth(&mut self, path: &str, file: OAuthFile) -> OAuthConfig {
+        for (i, scope) in file.scopes.iter().enumerate() {
+            // RFC 6749 section 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ).
+            let valid = !scope.is_empty()
+                && scope
+                    .bytes()
+                    .all(|b| matches!(b, 0x21 | 0x23..=0x5B | 0x5D..=0x7E));
+            if !valid {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.scopes[{i}]"),
+                        format!("{scope:?} is not a valid scope"),
+                    )
+                    .hint("a scope is one word of visible ASCII without `\"` or `\\`; write each as its own item: scopes = [\"read\", \"write\"]"),
+                );
+            }
+        }
+        let client_id = match file.client_id {
+            Some(id) if id.trim().is_empty() => {
+                self.problems.push(
+                    Problem::new(format!("{path}.client_id"), "client_id is empty").hint(
+                        "leave it out to register mcpgw with the authorization server automatically",
+                    ),
+                );
+                None
+            }
+            id => id,
+        };
+        if let Some(var) = &file.client_secret_env {
+            if let Some(problem) = env_name_problem(var) {
+                self.problems.push(
+                    Problem::new(format!("{path}.client_secret_env"), problem).hint(
+                        "write the name of the variable that holds the client secret, such as \"OAUTH_CLIENT_SECRET\", and export it",
+                    ),
+                );
+            }
+            if client_id.is_none() {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.client_secret_env"),
+                        "a client secret needs the client_id it was issued with",
+                    )
+                    .hint("add client_id = \"...\" as registered with the authorization server"),
+                );
+            }
+        }
+        let client_metadata_url = file.client_metadata_url.and_then(|text| {
+            let at = format!("{path}.client_metadata_url");
+            if client_id.is_some() {
+                self.problems.push(
+                    Problem::new(&at, "give either client_id or client_metadata_url, not both")
+                        .hint("the url of a client ID metadata document is itself the client ID"),
+                );
+            }
+            let url = self.oauth_url(&at, &text)?;
+            let secure = url.scheme() == "https" || (url.scheme() == "http" && is_loopback(&url));
+            if !secure {
+                self.problems.push(
+                    Problem::new(&at, "a client ID metadata document must be served over https")
+                        .hint("use an https:// url; http:// is accepted only on 127.0.0.1, [::1] and localhost"),
+                );
+                return None;
+            }
+            if url.path() == "/" {
+                self.problems.push(
+                    Problem::new(&at, "the url needs a path naming the document")
+                        .hint("such as \"https://example.com/oauth/mcpgw.json\""),
+                );
+                return None;
+            }
+            Some(url)
+        });
+        let redirect_uri = file.redirect_uri.and_then(|text| {
+            let at = format!("{path}.redirect_uri");
+            let url = self.oauth_url(&at, &text)?;
+            if url.scheme() != "http" || !is_loopback(&url) {
+                self.problems.push(
+                    Problem::new(&at, "redirect_uri must be an http:// address on this machine")
+                        .hint("mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1])"),
+                );
+                return None;
+            }
+            if url.port().is_none() {
+                self.problems.push(
+                    Problem::new(&at, "redirect_uri needs an explicit port").hint(
+                        "the port registered with the authorization server, such as http://127.0.0.1:8765/callback",
+                    ),
+                );
+                return None;
+            }
+            Some(url)
+        });
+        let resource = file.resource.and_then(|text| {
+            let at = format!("{path}.resource");
+            let url = self.oauth_url(&at, &text)?;
+            if !matches!(url.scheme(), "http" | "https") {
+                self.problems.push(
+                    Problem::new(
+                        &at,
+                        format!("url scheme `{}` is not supported", url.scheme()),
+                    )
+                    .hint("leave it out to use the server's url"),
+                );
+                return None;
+            }
+            Some(url)
+        });
+        let authorization_params = self.oauth_params(
+            &format!("{path}.authorization_params"),
+            file.authorization_params,
+            &FLOW_AUTHORIZATION_PARAMS,
+        );
+        let token_params = self.oauth_params(
+            &format!("{path}.token_params"),
+            file.token_params,
+            &FLOW_TOKEN_PARAMS,
+        );
+        OAuthConfig {
+            scopes: file.scopes,
+            client_id,
+            client_secret_env: file.client_secret_env,
+            client_metadata_url,
+            redirect_uri,
+            authorization_params,
+            token_params,
+            resource,
+        }
+    }
+
+    /// An absolute url without userinfo or fragment; the scheme is the caller's to check.
+    fn oauth_url(&mut self, path: &str, text: &str) -> Option<Url> {
+        let url = match Url::parse(text) {
+            Ok(url) => url,
+            Err(err) => {
+                self.problems.push(
+                    Problem::new(path, format!("invalid url: {err}"))
+                        .hint("write an absolute url such as \"https://example.com/path\""),
+                );
+                return None;
+            }
+        };
+        if !url.username().is_empty() || url.password().is_some() {
+            self.problems.push(Problem::new(
+                path,
+                "the url must not hold a user name or password",
+            ));
+            return None;
+        }
+        if url.fragment().is_some() {
+            self.problems.push(Problem::new(
+                path,
+                "the url must not have a fragment (`#...`)",
+            ));
+            return None;
+        }
+        Some(url)
+    }
+
+    fn oauth_params(
+        &mut self,
+        path: &str,
+        params: BTreeMap<String, String>,
+        flow: &[(&str, &str)],
+    ) -> BTreeMap<String, String> {
+        let before = self.problems.len();
+        for name in params.keys() {
+            let at = match name.as_str() {
+                "" => format!("{path}.\"\""),
+                name => format!("{path}.{name}"),
+            };
+            if name.trim().is_empty() {
+                self.problems
+                    .push(Problem::new(at, "a parameter name must not be empty"));
+            } else if let Some((_, instead)) = flow.iter().find(|(param, _)| param == name) {
+                self.problems.push(
+                    Problem::new(at, format!("`{name}` is set by the OAuth flow")).hint(*instead),
+                );
+            } else if looks_secret(name) {
+                self.problems.push(
+                    Problem::new(
+                        at,
+                        format!("`{name}` looks like a secret and must not be written inline"),
+                    )
+                    .hint("only the client secret is read from the environment, with client_secret_env"),
+                );
+            }
+        }
+        if self.problems.len() > before {
+            return BTreeMap::new();
+        }
+        params
     }
 
     fn stdio(&mut self, path: &str, file: StdioFile) -> Option<StdioTransport> {
@@ -659,6 +966,25 @@ pub(crate) mod tests {
                 }
                 Transport::Sse(t) => write!(out, "\n  sse {} headers[{}]", t.url, map(&t.headers)),
             };
+            let _ = match &s.auth {
+                Auth::None => Ok(()),
+                Auth::OAuth(o) => {
+                    let url = |u: &Option<Url>| u.as_ref().map(Url::as_str).map(str::to_owned);
+                    write!(
+                        out,
+                        "\n  auth oauth scopes={:?} client_id={:?} client_secret_env={:?} client_metadata_url={:?} redirect_uri={:?} authorization_params={:?} token_params={:?} resource={:?}",
+                        o.scopes,
+                        o.client_id,
+                        o.client_secret_env,
+                        url(&o.client_metadata_url),
+                        url(&o.redirect_uri),
+                        o.authorization_params,
+                        o.token_params,
+                        url(&o.resource),
+                    )
+                }
+                auth => write!(out, "\n  auth {auth}"),
+            };
             out.push('\n');
         }
         out
@@ -890,6 +1216,235 @@ transport = { type = "http", url = "https://api.example.com/mcp", headers = { x-
                   servers[0].transport.headers.X-Evil.env: an environment variable name must be non-empty and contain neither `=` nor NUL
                   servers[0].transport.headers.X-Multi: a header value must not contain line breaks
                   servers[0].transport.headers.x-team: header `x-team` is also given as `X-TEAM` (hint: header names are case-insensitive; keep one)"#]],
+        );
+    }
+
+    #[test]
+    fn auth_strategies_resolve() {
+        check(
+            r#"
+[[servers]]
+name = "gh"
+auth = { type = "bearer", env = "GITHUB_TOKEN" }
+transport = { type = "http", url = "https://api.githubcopilot.com/mcp/" }
+
+[[servers]]
+name = "keyed"
+auth = { type = "header", name = "X-Api-Key", env = "API_KEY" }
+transport = { type = "sse", url = "https://keyed.example.com/sse", headers = { X-Team = "infra" } }
+
+[[servers]]
+name = "token"
+auth = { type = "header", name = "Authorization", scheme = "Token", env = "TOK" }
+transport = { type = "http", url = "https://token.example.com/mcp" }
+
+[[servers]]
+name = "open"
+auth = { type = "none" }
+transport = { type = "http", url = "https://open.example.com/mcp" }
+
+[[servers]]
+name = "local"
+auth = { type = "none" }
+transport = { type = "stdio", command = "run" }
+
+[[servers]]
+name = "minimal"
+auth = { type = "oauth" }
+transport = { type = "http", url = "https://minimal.example.com/mcp" }
+
+[[servers]]
+name = "full"
+transport = { type = "http", url = "https://full.example.com/mcp" }
+
+[servers.auth]
+type = "oauth"
+scopes = ["read", "repo:write"]
+client_id = "mcpgw-client"
+client_secret_env = "FULL_CLIENT_SECRET"
+redirect_uri = "http://127.0.0.1:8765/callback"
+authorization_params = { prompt = "consent", audience = "https://api.example.com" }
+token_params = { audience = "https://api.example.com" }
+resource = "https://full.example.com/"
+
+[[servers]]
+name = "cimd"
+transport = { type = "http", url = "https://cimd.example.com/mcp" }
+auth = { type = "oauth", client_metadata_url = "https://mcpgw.example.com/oauth/client.json" }
+
+[[servers]]
+name = "cimd-local"
+transport = { type = "http", url = "https://cimd.example.com/mcp" }
+auth = { type = "oauth", client_metadata_url = "http://localhost:9000/client.json", redirect_uri = "http://[::1]:9001/cb" }
+"#,
+            expect![[r#"
+                listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
+                gh timeout=30s enabled=true
+                  http https://api.githubcopilot.com/mcp/ headers[]
+                  auth bearer token from GITHUB_TOKEN
+                keyed timeout=30s enabled=true
+                  sse https://keyed.example.com/sse headers[X-Team="infra"]
+                  auth header X-Api-Key: <API_KEY>
+                token timeout=30s enabled=true
+                  http https://token.example.com/mcp headers[]
+                  auth header Authorization: Token <TOK>
+                open timeout=30s enabled=true
+                  http https://open.example.com/mcp headers[]
+                local timeout=30s enabled=true
+                  stdio "run" [] cwd=None env[]
+                minimal timeout=30s enabled=true
+                  http https://minimal.example.com/mcp headers[]
+                  auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=None redirect_uri=None authorization_params={} token_params={} resource=None
+                full timeout=30s enabled=true
+                  http https://full.example.com/mcp headers[]
+                  auth oauth scopes=["read", "repo:write"] client_id=Some("mcpgw-client") client_secret_env=Some("FULL_CLIENT_SECRET") client_metadata_url=None redirect_uri=Some("http://127.0.0.1:8765/callback") authorization_params={"audience": "https://api.example.com", "prompt": "consent"} token_params={"audience": "https://api.example.com"} resource=Some("https://full.example.com/")
+                cimd timeout=30s enabled=true
+                  http https://cimd.example.com/mcp headers[]
+                  auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=Some("https://mcpgw.example.com/oauth/client.json") redirect_uri=None authorization_params={} token_params={} resource=None
+                cimd-local timeout=30s enabled=true
+                  http https://cimd.example.com/mcp headers[]
+                  auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=Some("http://localhost:9000/client.json") redirect_uri=Some("http://[::1]:9001/cb") authorization_params={} token_params={} resource=None
+            "#]],
+        );
+    }
+
+    #[test]
+    fn auth_problems_are_all_reported() {
+        check(
+            r#"
+[[servers]]
+name = "no-env"
+auth = { type = "bearer" }
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[[servers]]
+name = "bad-env"
+auth = { type = "bearer", env = "MY-TOKEN" }
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[[servers]]
+name = "no-name"
+auth = { type = "header", env = "K" }
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[[servers]]
+name = "bad-name"
+auth = { type = "header", name = "X Api Key", scheme = "Two words", env = "K" }
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[[servers]]
+name = "reserved"
+auth = { type = "header", name = "Mcp-Session-Id", scheme = "", env = "K" }
+transport = { type = "sse", url = "https://a.example.com/sse" }
+
+[[servers]]
+name = "local"
+auth = { type = "bearer", env = "GITHUB_TOKEN" }
+transport = { type = "stdio", command = "gh-mcp" }
+
+[[servers]]
+name = "local-oauth"
+auth = { type = "oauth" }
+transport = { type = "stdio", command = "gh-mcp" }
+
+[[servers]]
+name = "oauth"
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[servers.auth]
+type = "oauth"
+scopes = ["read write", ""]
+client_id = " "
+client_secret_env = "SECRET=1"
+client_metadata_url = "http://cimd.example.com/client.json"
+redirect_uri = "https://127.0.0.1:8765/callback"
+authorization_params = { state = "x", scope = "read", client_secret = "x", "" = "y" }
+token_params = { grant_type = "x", client_secret = "x", code_verifier = "v", resource = "r" }
+resource = "urn:example:api"
+
+[[servers]]
+name = "oauth-urls"
+transport = { type = "http", url = "https://a.example.com/mcp" }
+
+[servers.auth]
+type = "oauth"
+client_id = "registered"
+client_metadata_url = "https://cimd.example.com/"
+redirect_uri = "http://127.0.0.1/callback"
+resource = "https://me:pw@a.example.com/#frag"
+
+[[servers]]
+name = "oauth-more"
+transport = { type = "http", url = "https://a.example.com/mcp" }
+auth = { type = "oauth", client_metadata_url = "not a url", redirect_uri = "http://example.com:80/cb", resource = "https://a.example.com/#x" }
+"#,
+            expect![[r#"
+                invalid configuration (32 problems):
+                  servers[0].auth.env: missing env (hint: name the environment variable that holds the credential, such as env = "NO_ENV_TOKEN")
+                  servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "BAD_ENV_TOKEN", and export it)
+                  servers[2].auth.name: missing header name (hint: name the header the server reads the credential from, such as name = "X-Api-Key")
+                  servers[3].auth.name: `X Api Key` is not a valid HTTP header name
+                  servers[3].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
+                  servers[4].auth.name: `Mcp-Session-Id` is set by the transport and cannot carry a credential (hint: use the header the server documents, such as X-Api-Key or Authorization)
+                  servers[4].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
+                  servers[5].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { GITHUB_TOKEN = { env = "GITHUB_TOKEN" } })
+                  servers[6].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { LOCAL_OAUTH_TOKEN = { env = "LOCAL_OAUTH_TOKEN" } })
+                  servers[7].auth.scopes[0]: "read write" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
+                  servers[7].auth.scopes[1]: "" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
+                  servers[7].auth.client_id: client_id is empty (hint: leave it out to register mcpgw with the authorization server automatically)
+                  servers[7].auth.client_secret_env: not a valid environment variable name (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)
+                  servers[7].auth.client_secret_env: a client secret needs the client_id it was issued with (hint: add client_id = "..." as registered with the authorization server)
+                  servers[7].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url; http:// is accepted only on 127.0.0.1, [::1] and localhost)
+                  servers[7].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
+                  servers[7].auth.resource: url scheme `urn` is not supported (hint: leave it out to use the server's url)
+                  servers[7].auth.authorization_params."": a parameter name must not be empty
+                  servers[7].auth.authorization_params.client_secret: `client_secret` looks like a secret and must not be written inline (hint: only the client secret is read from the environment, with client_secret_env)
+                  servers[7].auth.authorization_params.scope: `scope` is set by the OAuth flow (hint: use scopes = ["..."] in the auth table)
+                  servers[7].auth.authorization_params.state: `state` is set by the OAuth flow (hint: leave it out)
+                  servers[7].auth.token_params.client_secret: `client_secret` is set by the OAuth flow (hint: use client_secret_env = "VAR" in the auth table)
+                  servers[7].auth.token_params.code_verifier: `code_verifier` is set by the OAuth flow (hint: leave it out)
+                  servers[7].auth.token_params.grant_type: `grant_type` is set by the OAuth flow (hint: leave it out)
+                  servers[7].auth.token_params.resource: `resource` is set by the OAuth flow (hint: use resource = "..." in the auth table)
+                  servers[8].auth.client_metadata_url: give either client_id or client_metadata_url, not both (hint: the url of a client ID metadata document is itself the client ID)
+                  servers[8].auth.client_metadata_url: the url needs a path naming the document (hint: such as "https://example.com/oauth/mcpgw.json")
+                  servers[8].auth.redirect_uri: redirect_uri needs an explicit port (hint: the port registered with the authorization server, such as http://127.0.0.1:8765/callback)
+                  servers[8].auth.resource: the url must not hold a user name or password
+                  servers[9].auth.client_metadata_url: invalid url: relative URL without a base (hint: write an absolute url such as "https://example.com/path")
+                  servers[9].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
+                  servers[9].auth.resource: the url must not have a fragment (`#...`)"#]],
+        );
+    }
+
+    #[test]
+    fn auth_problems_never_echo_a_pasted_token() {
+        let text = r#"
+[[servers]]
+name = "gh"
+auth = { type = "bearer", env = "ghp_PASTED16C7e42F292c6912E7710c838347Ae178B" }
+transport = { type = "http", url = "https://api.example.com/mcp" }
+
+[[servers]]
+name = "api"
+auth = { type = "header", name = "X-Api-Key", env = "sk-PASTED-123" }
+transport = { type = "http", url = "https://api.example.com/mcp" }
+
+[[servers]]
+name = "oauth"
+auth = { type = "oauth", client_id = "c", client_secret_env = "PASTEDz9f0A8b7C6d5E4f3G2h1" }
+transport = { type = "http", url = "https://api.example.com/mcp" }
+"#;
+        let err = parse_toml(text, Path::new("mcpgw.toml"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(!err.contains("PASTED"), "{err}");
+        check(
+            text,
+            expect![[r#"
+            invalid configuration (3 problems):
+              servers[0].auth.env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the credential, such as env = "GH_TOKEN", and export it)
+              servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "API_TOKEN", and export it)
+              servers[2].auth.client_secret_env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)"#]],
         );
     }
 

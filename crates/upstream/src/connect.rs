@@ -5,9 +5,21 @@
 //! remembered by the caller and used directly on every reconnect, so a legacy server does not pay
 //! for the probe again. A probe that fails in a way rmcp does not classify (for example a legacy
 //! server answering `server/discover` with an empty success) is retried once with `initialize`.
+//!
+//! Credentials: every HTTP and SSE request carries the server's custom `headers` plus the header
+//! of its auth strategy, unless a custom header of the same name replaces it (then the strategy's
+//! variable is not even read). Values are read from the environment at each connect, held as
+//! `SecretString`s, and become header values marked sensitive. Redirects are followed only
+//! within the configured origin, so no header, custom ones included, is sent anywhere else
+//! (reqwest itself strips only `Authorization` and `Cookie` on a cross-origin redirect).
+//!
+//! An HTTP 401 is explained in terms of that configuration: the credentials from `VAR` were
+//! rejected, none are configured, or the server wants OAuth (its `WWW-Authenticate` names RFC 9728
+//! `resource_metadata`, or the server is configured for OAuth).
 
-use std::time::Duration;
+use std::{error::Error as StdError, time::Duration};
 
+use config::Auth;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::{
     ClientHandler, RoleClient,
@@ -16,7 +28,8 @@ use rmcp::{
         ClientLifecycleMode, NotificationContext, RunningService, serve_client_with_lifecycle,
     },
     transport::{
-        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+        StreamableHttpClientTransport,
+        streamable_http_client::{AuthRequiredError, StreamableHttpClientTransportConfig},
     },
 };
 use secrecy::ExposeSecret;
@@ -24,7 +37,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     Era, ToolsChanged, UpstreamError,
-    sse::{SseClientConfig, SseClientTransport},
+    sse::{SseClientConfig, SseClientTransport, SseError},
     stdio,
 };
 
@@ -114,7 +127,7 @@ async fn connect_with(
             serve_client_with_lifecycle(handler, child, lifecycle).await
         }
         config::Transport::Http(http_config) => {
-            let headers = resolve_headers(&server, &http_config.headers)?;
+            let headers = request_headers(config, http_config)?;
             let mut transport_config =
                 StreamableHttpClientTransportConfig::with_uri(http_config.url.as_str())
                     .reinit_on_expired_session(true);
@@ -130,7 +143,7 @@ async fn connect_with(
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
         config::Transport::Sse(http_config) => {
-            let headers = resolve_headers(&server, &http_config.headers)?;
+            let headers = request_headers(config, http_config)?;
             let transport = SseClientTransport::connect(SseClientConfig {
                 url: http_config.url.clone(),
                 headers,
@@ -138,14 +151,16 @@ async fn connect_with(
                 connect_timeout: config.timeout,
             })
             .await
-            .map_err(|e| UpstreamError::Connect {
-                server: server.clone(),
-                reason: e.to_string(),
+            .map_err(|e| {
+                unauthorized(config, &e).unwrap_or_else(|| UpstreamError::Connect {
+                    server: server.clone(),
+                    reason: e.to_string(),
+                })
             })?;
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
     };
-    let session = session.map_err(|e| classify_init_error(&server, e))?;
+    let session = session.map_err(|e| classify_init_error(config, e))?;
     let info = session.peer_info();
     let protocol_version = info
         .as_ref()
@@ -174,16 +189,42 @@ fn http_client() -> reqwest::Client {
     // Pooled connections idle out quickly: upstreams restart and we must not reuse dead sockets.
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(30))
+        .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
         .build()
         .unwrap_or_default()
 }
 
-fn resolve_headers(
-    server: &str,
-    headers: &std::collections::BTreeMap<String, config::Value>,
+/// reqwest's default limit of 10 redirects, but only within the origin first asked: the
+/// request carries credentials, custom headers included, that belong to that origin alone. A
+/// redirect elsewhere is not followed; the caller sees the 3xx.
+fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let same_origin = attempt
+        .previous()
+        .first()
+        .is_some_and(|first| first.origin() == attempt.url().origin());
+    if !same_origin {
+        tracing::warn!(
+            status = %attempt.status(),
+            to = %attempt.url().origin().ascii_serialization(),
+            "not following a redirect away from the configured origin"
+        );
+        attempt.stop()
+    } else if attempt.previous().len() > 10 {
+        attempt.error("too many redirects")
+    } else {
+        attempt.follow()
+    }
+}
+
+/// Every header sent on every request: the custom headers, then the auth strategy's header
+/// unless a custom header already has its name (the documented override).
+fn request_headers(
+    config: &config::ServerConfig,
+    http_config: &config::HttpTransport,
 ) -> Result<HeaderMap, UpstreamError> {
+    let server = config.name.as_str();
     let mut map = HeaderMap::new();
-    for (name, value) in headers {
+    for (name, value) in &http_config.headers {
         let header_name =
             HeaderName::from_bytes(name.as_bytes()).map_err(|_| UpstreamError::Header {
                 server: server.to_owned(),
@@ -198,15 +239,172 @@ fn resolve_headers(
                 server: server.to_owned(),
                 name: name.clone(),
             })?;
-        header_value.set_sensitive(value.env_var().is_some());
+        // All of them: a plain value from a served JSON file may be a credential too, and
+        // sensitivity only keeps values out of `Debug` and HPACK tables.
+        header_value.set_sensitive(true);
         map.insert(header_name, header_value);
+    }
+    let overridden = config
+        .auth
+        .header_name()
+        .and_then(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .is_some_and(|name| map.contains_key(name));
+    if overridden {
+        tracing::debug!(
+            server,
+            auth = %config.auth,
+            "a custom header replaces the auth strategy's header"
+        );
+    } else if let Some((name, value)) = strategy_header(server, &config.auth)? {
+        map.insert(name, value);
     }
     Ok(map)
 }
 
-fn classify_init_error(server: &str, error: rmcp::service::ClientInitializeError) -> UpstreamError {
+/// The header of a `bearer` or `header` strategy, read from the environment now. `oauth`
+/// sends none from here: its access token comes from the OAuth flow.
+fn strategy_header(
+    server: &str,
+    auth: &Auth,
+) -> Result<Option<(HeaderName, HeaderValue)>, UpstreamError> {
+    let credential = auth.credential().map_err(|e| UpstreamError::Secret {
+        server: server.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let Some(credential) = credential else {
+        return Ok(None);
+    };
+    let name =
+        HeaderName::from_bytes(credential.name.as_bytes()).map_err(|_| UpstreamError::Header {
+            server: server.to_owned(),
+            name: credential.name.clone(),
+        })?;
+    let mut value = HeaderValue::from_str(credential.value.expose_secret()).map_err(|_| {
+        UpstreamError::Secret {
+            server: server.to_owned(),
+            reason: format!(
+                "environment variable {} holds characters that cannot be sent in an HTTP header",
+                auth.env_var().unwrap_or("?")
+            ),
+        }
+    })?;
+    value.set_sensitive(true);
+    Ok(Some((name, value)))
+}
+
+/// The HTTP 401 somewhere in `error`'s chain, explained for this server; `None` when the
+/// failure was something else.
+pub(crate) fn unauthorized(
+    config: &config::ServerConfig,
+    error: &(dyn StdError + 'static),
+) -> Option<UpstreamError> {
+    let challenge = challenge_in(error)?;
+    let server = config.name.to_string();
+    let oauth_offered = has_resource_metadata(&challenge);
+    if matches!(config.auth, Auth::OAuth(_)) {
+        return Some(UpstreamError::OAuthRequired { server });
+    }
+    let sources = credential_sources(config);
+    Some(if !sources.is_empty() {
+        UpstreamError::CredentialsRejected {
+            server,
+            credential: sources.join(" and "),
+            oauth_offered,
+        }
+    } else if oauth_offered {
+        UpstreamError::OAuthRequired { server }
+    } else {
+        UpstreamError::CredentialsMissing { server }
+    })
+}
+
+/// The `WWW-Authenticate` of a 401 in the chain (empty when the server sent none).
+fn challenge_in(error: &(dyn StdError + 'static)) -> Option<String> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        // `http` turns every Streamable HTTP 401 into `AuthRequired`.
+        if let Some(auth) = error.downcast_ref::<AuthRequiredError>() {
+            return Some(auth.www_authenticate_header.clone());
+        }
+        if let Some(SseError::Unauthorized { challenge, .. }) = error.downcast_ref::<SseError>() {
+            return Some(challenge.clone().unwrap_or_default());
+        }
+        current = error.source();
+    }
+    None
+}
+
+/// Where the credentials sent to this server came from, as named in messages: the strategy's
+/// variable unless a custom header replaced it, then every credential-like custom header (its
+/// variable, or `header NAME` for an inline value).
+fn credential_sources(config: &config::ServerConfig) -> Vec<String> {
+    let (config::Transport::Http(http) | config::Transport::Sse(http)) = &config.transport else {
+        return Vec::new();
+    };
+    let overridden = config
+        .auth
+        .header_name()
+        .is_some_and(|name| http.headers.keys().any(|k| k.eq_ignore_ascii_case(name)));
+    let strategy = config.auth.env_var().filter(|_| !overridden);
+    strategy
+        .map(str::to_owned)
+        .into_iter()
+        .chain(
+            http.credential_headers()
+                .map(|(name, value)| match value.env_var() {
+                    Some(var) => var.to_owned(),
+                    None => format!("header {name}"),
+                }),
+        )
+        .collect()
+}
+
+/// Whether a `WWW-Authenticate` value has a `resource_metadata` auth-param (RFC 9728 section
+/// 5.1), the sign that the server is an OAuth protected resource. Quoted strings are skipped,
+/// so a `resource_metadata=` inside another parameter's value does not count.
+fn has_resource_metadata(challenge: &str) -> bool {
+    let bytes = challenge.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b if is_token_byte(b) => {
+                let start = i;
+                while i < bytes.len() && is_token_byte(bytes[i]) {
+                    i += 1;
+                }
+                let word = &challenge[start..i];
+                let rest = challenge[i..].trim_start_matches([' ', '\t']);
+                if rest.starts_with('=') && word.eq_ignore_ascii_case("resource_metadata") {
+                    return true;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
+/// RFC 9110 `tchar`, minus `=` which never appears in a parameter name anyway.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn classify_init_error(
+    config: &config::ServerConfig,
+    error: rmcp::service::ClientInitializeError,
+) -> UpstreamError {
     use rmcp::service::ClientInitializeError as E;
-    let server = server.to_owned();
+    if let Some(error) = init_unauthorized(config, &error) {
+        return error;
+    }
+    let server = config.name.to_string();
     match error {
         E::ConnectionClosed(reason) => UpstreamError::Connect {
             server,
@@ -230,5 +428,284 @@ fn classify_init_error(server: &str, error: rmcp::service::ClientInitializeError
             server,
             reason: other.to_string(),
         },
+    }
+}
+
+/// A 401 behind a failed handshake, in either phase of the era probe.
+fn init_unauthorized(
+    config: &config::ServerConfig,
+    error: &rmcp::service::ClientInitializeError,
+) -> Option<UpstreamError> {
+    use rmcp::service::ClientInitializeError as E;
+    match error {
+        E::TransportError { error, .. } => unauthorized(config, error.error.as_ref()),
+        E::LegacyFallbackFailed { discover, fallback } => {
+            init_unauthorized(config, fallback).or_else(|| init_unauthorized(config, discover))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn server(toml: &str) -> config::ServerConfig {
+        let config = config::parse_toml(toml, Path::new("mcpgw.toml"));
+        match config.map(|mut c| c.servers.remove(0)) {
+            Ok(server) => server,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    /// `name: value` lines of the headers a server sends; Cargo sets CARGO_PKG_NAME for the
+    /// test binary, so it stands in for a token without touching the environment.
+    fn sent(toml: &str) -> String {
+        let server = server(toml);
+        let (config::Transport::Http(http) | config::Transport::Sse(http)) = &server.transport
+        else {
+            panic!("not an http server");
+        };
+        match request_headers(&server, http) {
+            Ok(headers) => {
+                let mut lines: Vec<String> = headers
+                    .iter()
+                    .map(|(name, value)| {
+                        assert!(value.is_sensitive(), "{name} is not marked sensitive");
+                        format!("{name}: {}", value.to_str().unwrap_or("<binary>"))
+                    })
+                    .collect();
+                lines.sort();
+                lines.join("\n")
+            }
+            Err(err) => format!("error: {err}"),
+        }
+    }
+
+    const URL: &str = r#"url = "http://127.0.0.1:1/mcp""#;
+
+    #[test]
+    fn strategy_header_is_sent_with_custom_headers_on_top() {
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"gh\"\nauth = {{ type = \"bearer\", env = \"CARGO_PKG_NAME\" }}\ntransport = {{ type = \"http\", {URL}, headers = {{ X-Team = \"infra\" }} }}\n"
+            )),
+            "authorization: Bearer mcpgw-upstream\nx-team: infra"
+        );
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"k\"\nauth = {{ type = \"header\", name = \"X-Api-Key\", env = \"CARGO_PKG_NAME\" }}\ntransport = {{ type = \"sse\", {URL} }}\n"
+            )),
+            "x-api-key: mcpgw-upstream"
+        );
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"t\"\nauth = {{ type = \"header\", name = \"Authorization\", scheme = \"Token\", env = \"CARGO_PKG_NAME\" }}\ntransport = {{ type = \"http\", {URL} }}\n"
+            )),
+            "authorization: Token mcpgw-upstream"
+        );
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"o\"\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", {URL} }}\n"
+            )),
+            ""
+        );
+    }
+
+    #[test]
+    fn custom_header_replaces_the_strategy_whose_variable_is_then_not_read() {
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"gh\"\nauth = {{ type = \"bearer\", env = \"MCPGW_TEST_UNSET_9F2A\" }}\ntransport = {{ type = \"http\", {URL}, headers = {{ authorization = {{ env = \"CARGO_PKG_NAME\", prefix = \"Basic \" }} }} }}\n"
+            )),
+            "authorization: Basic mcpgw-upstream"
+        );
+    }
+
+    #[test]
+    fn missing_variable_is_a_secret_error_naming_it() {
+        assert_eq!(
+            sent(&format!(
+                "[[servers]]\nname = \"gh\"\nauth = {{ type = \"bearer\", env = \"MCPGW_TEST_UNSET_9F2A\" }}\ntransport = {{ type = \"http\", {URL} }}\n"
+            )),
+            "error: secret for server 'gh' is not available: environment variable MCPGW_TEST_UNSET_9F2A is not set (hint: export MCPGW_TEST_UNSET_9F2A before starting mcpgw)"
+        );
+    }
+
+    /// Answers every request on `listener` with `response`, counting the requests.
+    async fn answer(
+        listener: tokio::net::TcpListener,
+        response: String,
+        count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buffer = [0u8; 4096];
+            let _ = stream.read(&mut buffer).await;
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_are_followed_only_within_the_origin() {
+        use std::sync::{Arc, atomic::AtomicUsize, atomic::Ordering};
+        let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+        let (elsewhere, origin) = (bind().await.expect("bind"), bind().await.expect("bind"));
+        let (elsewhere_addr, origin_addr) = (
+            elsewhere.local_addr().expect("addr"),
+            origin.local_addr().expect("addr"),
+        );
+        let elsewhere_hits = Arc::new(AtomicUsize::new(0));
+        let origin_hits = Arc::new(AtomicUsize::new(0));
+        let redirect = |to: String| {
+            format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: {to}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+        };
+        let away = tokio::spawn(answer(
+            elsewhere,
+            redirect(format!("http://127.0.0.1:{}/x", origin_addr.port())),
+            elsewhere_hits.clone(),
+        ));
+        // The origin redirects to another port on the same host: another origin.
+        let home = tokio::spawn(answer(
+            origin,
+            redirect(format!("http://{elsewhere_addr}/collect")),
+            origin_hits.clone(),
+        ));
+        let response = http_client()
+            .get(format!("http://{origin_addr}/mcp"))
+            .header("x-api-key", "k")
+            .send()
+            .await
+            .expect("the 307 itself is the answer");
+        assert_eq!(response.status(), http::StatusCode::TEMPORARY_REDIRECT);
+        assert_eq!(origin_hits.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            elsewhere_hits.load(Ordering::SeqCst),
+            0,
+            "followed across origins"
+        );
+        away.abort();
+        home.abort();
+    }
+
+    #[test]
+    fn resource_metadata_is_found_only_as_a_parameter() {
+        let check = |challenge: &str, expected: bool| {
+            assert_eq!(has_resource_metadata(challenge), expected, "{challenge}");
+        };
+        check(
+            r#"Bearer resource_metadata="https://x/.well-known/oauth-protected-resource""#,
+            true,
+        );
+        check(
+            r#"Bearer error="invalid_token", Resource_Metadata = "https://x/m""#,
+            true,
+        );
+        check(
+            r#"Basic realm="x", Bearer resource_metadata=https://x/m"#,
+            true,
+        );
+        check(r#"Bearer realm="resource_metadata=x""#, false);
+        check(r#"Bearer realm="a \" resource_metadata=x""#, false);
+        check(r#"Bearer error="invalid_token""#, false);
+        check("Bearer resource_metadata_url=x", false);
+        check("", false);
+    }
+
+    fn explain(toml: &str, challenge: &str) -> String {
+        let server = server(toml);
+        let error = AuthRequiredError::new(challenge.to_owned());
+        match unauthorized(&server, &error) {
+            Some(error) => error.to_string(),
+            None => "not a 401".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_401_is_explained_by_the_server_configuration() {
+        const OAUTH: &str =
+            r#"Bearer resource_metadata="https://x/.well-known/oauth-protected-resource""#;
+        let bearer = format!(
+            "[[servers]]\nname = \"gh\"\nauth = {{ type = \"bearer\", env = \"GITHUB_TOKEN\" }}\ntransport = {{ type = \"http\", {URL} }}\n"
+        );
+        assert_eq!(
+            explain(&bearer, ""),
+            "server 'gh' rejected the credentials from GITHUB_TOKEN (HTTP 401)"
+        );
+        assert_eq!(
+            explain(&bearer, OAUTH),
+            "server 'gh' rejected the credentials from GITHUB_TOKEN (HTTP 401); it also accepts OAuth, see `mcpgw auth login gh`"
+        );
+        let header = format!(
+            "[[servers]]\nname = \"k\"\nauth = {{ type = \"header\", name = \"X-Api-Key\", env = \"API_KEY\" }}\ntransport = {{ type = \"sse\", {URL}, headers = {{ Cookie = {{ env = \"SESSION_COOKIE\" }}, X-Team = \"infra\" }} }}\n"
+        );
+        assert_eq!(
+            explain(&header, r#"Bearer error="invalid_token""#),
+            "server 'k' rejected the credentials from API_KEY and SESSION_COOKIE (HTTP 401)"
+        );
+        let overridden = format!(
+            "[[servers]]\nname = \"o\"\nauth = {{ type = \"bearer\", env = \"UNUSED\" }}\ntransport = {{ type = \"http\", {URL}, headers = {{ Authorization = {{ env = \"OVERRIDE\", prefix = \"Bearer \" }} }} }}\n"
+        );
+        assert_eq!(
+            explain(&overridden, ""),
+            "server 'o' rejected the credentials from OVERRIDE (HTTP 401)"
+        );
+        let none = format!("[[servers]]\nname = \"n\"\ntransport = {{ type = \"http\", {URL} }}\n");
+        assert_eq!(
+            explain(&none, OAUTH),
+            "server 'n' answered HTTP 401: OAuth required, run `mcpgw auth login n`"
+        );
+        assert_eq!(
+            explain(&none, ""),
+            r#"server 'n' requires credentials (HTTP 401) and none are configured (hint: give it auth = { type = "bearer", env = "VAR" } or the header its documentation names)"#
+        );
+        let oauth = format!(
+            "[[servers]]\nname = \"z\"\nauth = {{ type = \"oauth\", scopes = [\"read\"] }}\ntransport = {{ type = \"http\", {URL} }}\n"
+        );
+        assert_eq!(
+            explain(&oauth, ""),
+            "server 'z' answered HTTP 401: OAuth required, run `mcpgw auth login z`"
+        );
+    }
+
+    #[test]
+    fn a_401_is_found_behind_transport_wrappers() {
+        let server = server(&format!(
+            "[[servers]]\nname = \"gh\"\nauth = {{ type = \"bearer\", env = \"GITHUB_TOKEN\" }}\ntransport = {{ type = \"sse\", {URL} }}\n"
+        ));
+        let sse = SseError::Unauthorized {
+            url: "http://127.0.0.1:1/sse".into(),
+            challenge: None,
+        };
+        assert!(matches!(
+            unauthorized(&server, &sse),
+            Some(UpstreamError::CredentialsRejected { .. })
+        ));
+        let other = SseError::Closed;
+        assert!(unauthorized(&server, &other).is_none());
+
+        let streamable: rmcp::transport::streamable_http_client::StreamableHttpError<
+            reqwest::Error,
+        > = rmcp::transport::streamable_http_client::StreamableHttpError::AuthRequired(
+            AuthRequiredError::new(String::new()),
+        );
+        let init = rmcp::service::ClientInitializeError::TransportError {
+            error: rmcp::transport::DynamicTransportError::from_parts(
+                "test",
+                std::any::TypeId::of::<()>(),
+                Box::new(streamable),
+            ),
+            context: "send initialize request".into(),
+        };
+        assert_eq!(
+            classify_init_error(&server, init).to_string(),
+            "server 'gh' rejected the credentials from GITHUB_TOKEN (HTTP 401)"
+        );
     }
 }

@@ -29,6 +29,36 @@ pub enum UpstreamError {
     },
     #[error("'{server}' answered with something that is not a valid MCP result: {reason}")]
     Protocol { server: String, reason: String },
+    /// HTTP 401 to the credentials mcpgw sent. `credential` says where they came from: the
+    /// environment variable (`GITHUB_TOKEN`), or `header X-Api-Key` for an inline value.
+    #[error(
+        "server '{server}' rejected the credentials from {credential} (HTTP 401){}",
+        oauth_note(.server, .oauth_offered)
+    )]
+    CredentialsRejected {
+        server: String,
+        credential: String,
+        /// The 401 pointed at OAuth protected resource metadata (RFC 9728).
+        oauth_offered: bool,
+    },
+    /// HTTP 401 when no credential was configured, and the server did not point at OAuth.
+    #[error(
+        "server '{server}' requires credentials (HTTP 401) and none are configured (hint: give it auth = {{ type = \"bearer\", env = \"VAR\" }} or the header its documentation names)"
+    )]
+    CredentialsMissing { server: String },
+    /// HTTP 401 pointing at OAuth protected resource metadata (RFC 9728), or any 401 for a
+    /// server configured for OAuth: a (new) sign-in is needed.
+    #[error("server '{server}' answered HTTP 401: OAuth required, run `mcpgw auth login {server}`")]
+    OAuthRequired { server: String },
+}
+
+/// What to add when a server that rejected static credentials also offers OAuth.
+fn oauth_note(server: &str, offered: &bool) -> String {
+    if *offered {
+        format!("; it also accepts OAuth, see `mcpgw auth login {server}`")
+    } else {
+        String::new()
+    }
 }
 
 impl UpstreamError {

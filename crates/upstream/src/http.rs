@@ -7,15 +7,21 @@
 //! id-less JSON-RPC error that mentions the session, received for a request that carried a
 //! session id, is reported as the expired session it is. The server did not process the
 //! request, so re-initialising and retrying cannot repeat a side effect.
+//!
+//! It also makes every HTTP 401 look the same. rmcp reports a 401 carrying `WWW-Authenticate` as
+//! [`StreamableHttpError::AuthRequired`], but a bare one as an "unexpected server response" (POST)
+//! or a reqwest status error (GET). Here all of them become `AuthRequired` (with an empty challenge
+//! when there was none), so `connect` can explain the 401 in terms of the server's auth strategy,
+//! and rmcp stops reconnecting a GET stream that cannot succeed with the same credentials.
 
 use std::{collections::HashMap, sync::Arc};
 
 use futures::stream::BoxStream;
-use http::{HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, StatusCode};
 use rmcp::{
     model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
     transport::streamable_http_client::{
-        StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+        AuthRequiredError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
         StreamableHttpResponseLimits,
     },
 };
@@ -97,6 +103,7 @@ impl StreamableHttpClient for SessionAwareClient {
         self.inner
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
+            .map_err(unauthorized)
     }
 
     async fn get_stream(
@@ -110,6 +117,7 @@ impl StreamableHttpClient for SessionAwareClient {
         self.inner
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
+            .map_err(unauthorized)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -131,6 +139,7 @@ impl StreamableHttpClient for SessionAwareClient {
                 max_sse_event_size,
             )
             .await
+            .map_err(unauthorized)
     }
 }
 
@@ -145,8 +154,28 @@ fn reclassify(
             tracing::debug!("upstream rejected our session id; treating the session as expired");
             Err(StreamableHttpError::SessionExpired)
         }
-        other => other,
+        other => other.map_err(unauthorized),
     }
+}
+
+/// Any HTTP 401 as [`StreamableHttpError::AuthRequired`]; everything else unchanged.
+fn unauthorized(error: StreamableHttpError<Error>) -> StreamableHttpError<Error> {
+    let bare_401 = match &error {
+        // rmcp words a POST's unchallenged 401 as `HTTP {status}: {body}`.
+        StreamableHttpError::UnexpectedServerResponse(text) => is_401_text(text),
+        StreamableHttpError::Client(error) => error.status() == Some(StatusCode::UNAUTHORIZED),
+        _ => false,
+    };
+    if bare_401 {
+        StreamableHttpError::AuthRequired(AuthRequiredError::new(String::new()))
+    } else {
+        error
+    }
+}
+
+fn is_401_text(text: &str) -> bool {
+    text.strip_prefix("HTTP 401")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':']))
 }
 
 #[cfg(test)]
@@ -156,6 +185,29 @@ mod tests {
     fn check(raw: &str, expect: bool) {
         let message: ServerJsonRpcMessage = serde_json::from_str(raw).expect("valid message");
         assert_eq!(is_session_rejection(&message), expect, "{raw}");
+    }
+
+    #[test]
+    fn only_401s_become_auth_required() {
+        let auth_required = |error: StreamableHttpError<Error>| {
+            matches!(
+                unauthorized(error),
+                StreamableHttpError::AuthRequired(e) if e.www_authenticate_header.is_empty()
+            )
+        };
+        let text = |s: &'static str| StreamableHttpError::UnexpectedServerResponse(s.into());
+        assert!(auth_required(text("HTTP 401 Unauthorized: nope")));
+        assert!(auth_required(text("HTTP 401")));
+        assert!(!auth_required(text("HTTP 4010 Whatever")));
+        assert!(!auth_required(text("HTTP 403 Forbidden: nope")));
+        assert!(!auth_required(StreamableHttpError::SessionExpired));
+        let challenged = unauthorized(StreamableHttpError::AuthRequired(AuthRequiredError::new(
+            "Bearer realm=\"x\"".into(),
+        )));
+        assert!(
+            matches!(&challenged, StreamableHttpError::AuthRequired(e) if e.www_authenticate_header == "Bearer realm=\"x\""),
+            "{challenged:?}"
+        );
     }
 
     #[test]

@@ -316,6 +316,12 @@ impl Server {
                 reason: "transport closed".to_owned(),
             },
             ServiceError::TransportSend(e) => {
+                // A 401 mid-session (token revoked or expired) says what to do about it.
+                if let Some(unauthorized) =
+                    crate::connect::unauthorized(&self.config, e.error.as_ref())
+                {
+                    return unauthorized;
+                }
                 let reason = e.error.to_string();
                 if reason.contains("closed")
                     || reason.contains("expired")

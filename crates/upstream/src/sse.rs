@@ -21,6 +21,9 @@
 //!   not the post-redirect one, as the TS and Python SDK clients do.
 //! - The session id in the endpoint query is a bearer capability for the
 //!   session, so URLs in errors and logs show no query string.
+//! - A 401, on the GET or a POST, is [`SseError::Unauthorized`] with the
+//!   `WWW-Authenticate` challenge, so the owner can say whether the server
+//!   rejected our credentials or wants OAuth (RFC 9728 `resource_metadata`).
 //! - A POST answered 404 means the server forgot the session (restart,
 //!   expiry): [`SseError::SessionExpired`], so the owner can reconnect. Some
 //!   servers (the reference `server-everything`) never answer a POST for an
@@ -61,6 +64,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many bytes of a POST answer we read (and discard) so the connection
 /// can be reused; past that we just drop it.
 const POST_BODY_DRAIN_LIMIT: usize = 64 * 1024;
+
+/// How much of a `WWW-Authenticate` header is kept in [`SseError::Unauthorized`].
+pub const MAX_CHALLENGE_CHARS: usize = 2048;
 
 /// How much of undecodable message data goes into a log line.
 const LOGGED_DATA_CHARS: usize = 200;
@@ -114,6 +120,13 @@ pub enum SseError {
     Request { url: String, reason: String },
     #[error("{url} answered http {status}")]
     HttpStatus { url: String, status: StatusCode },
+    /// HTTP 401, on the GET or a POST. `challenge` is the `WWW-Authenticate` header (at most
+    /// [`MAX_CHALLENGE_CHARS`]), which says whether the server wants OAuth (RFC 9728).
+    #[error("{url} answered http 401 Unauthorized")]
+    Unauthorized {
+        url: String,
+        challenge: Option<String>,
+    },
     #[error("{url} is not an sse stream (content-type {content_type})")]
     NotEventStream { url: String, content_type: String },
     #[error("no response from {url} within {timeout:?}")]
@@ -196,6 +209,12 @@ impl SseClientTransport {
             Ok(Ok(response)) => response,
         };
         let status = response.status();
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(SseError::Unauthorized {
+                url: shown,
+                challenge: challenge(response.headers()),
+            });
+        }
         if !status.is_success() {
             return Err(SseError::HttpStatus { url: shown, status });
         }
@@ -333,6 +352,12 @@ impl Poster {
                     url: self.shown.clone(),
                 });
             }
+            if status == StatusCode::UNAUTHORIZED {
+                return Err(SseError::Unauthorized {
+                    url: self.shown.clone(),
+                    challenge: challenge(response.headers()),
+                });
+            }
             if !status.is_success() {
                 return Err(SseError::HttpStatus {
                     url: self.shown.clone(),
@@ -441,6 +466,12 @@ fn decode(event: Sse) -> Option<RxJsonRpcMessage<RoleClient>> {
             None
         }
     }
+}
+
+/// The `WWW-Authenticate` header of a 401, if it is text.
+fn challenge(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::WWW_AUTHENTICATE)?.to_str().ok()?;
+    Some(truncate(value, MAX_CHALLENGE_CHARS).to_owned())
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {
@@ -754,7 +785,73 @@ mod tests {
             error.to_string(),
             format!("http://{}/sse answered http 401 Unauthorized", fake.addr)
         );
+        assert!(
+            matches!(
+                error,
+                SseError::Unauthorized {
+                    challenge: None,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
         assert!(!format!("{error} {error:?}").contains("s3cret"));
+        let fake = FakeServer::start(|_| Script::get("500 Oops", "text/plain", "no")).await;
+        let error = connect_err(fake.url("/sse")).await;
+        assert!(
+            matches!(error, SseError::HttpStatus { status, .. } if status == 500),
+            "{error:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn sse_401_keeps_the_challenge_on_get_and_post() {
+        // The fake writes the content type verbatim, so a second header rides along.
+        let fake = FakeServer::start(|_| {
+            Script::get(
+                "401 Unauthorized",
+                "text/plain\r\nwww-authenticate: Bearer resource_metadata=\"http://x/.well-known/oauth-protected-resource\"",
+                "no",
+            )
+        })
+        .await;
+        let error = connect_err(fake.url("/sse")).await;
+        let SseError::Unauthorized { challenge, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(
+            challenge.as_deref(),
+            Some(r#"Bearer resource_metadata="http://x/.well-known/oauth-protected-resource""#)
+        );
+
+        let fake = FakeServer::start(|_| {
+            Script::sse("event: endpoint\ndata: /messages?sessionId=abc\n\n")
+                .keep_open()
+                .post_statuses(&[401])
+        })
+        .await;
+        let mut transport =
+            SseClientTransport::connect(config(fake.url("/sse"), Duration::from_secs(5)))
+                .await
+                .expect("connect");
+        let error = transport.send(ping(1)).await.expect_err("401 fails");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "http://{}/messages?<redacted> answered http 401 Unauthorized",
+                fake.addr
+            )
+        );
+        assert!(
+            matches!(
+                error,
+                SseError::Unauthorized {
+                    challenge: None,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
     }
 
     #[tokio::test]

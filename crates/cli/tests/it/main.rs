@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
+mod auth_headers;
 mod bad_input;
 mod cli;
 mod clients;

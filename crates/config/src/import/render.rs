@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::file::{HttpFile, ServerFile, StdioFile, TransportFile, ValueFile};
+use crate::file::{
+    AuthFile, BearerAuthFile, HeaderAuthFile, HttpFile, ServerFile, StdioFile, TransportFile,
+    ValueFile,
+};
 
 /// Transports longer than this move from `transport = { .. }` to `[servers.transport]`
 /// tables. TOML 1.1 allows newlines inside inline tables, but TOML 1.0 readers do not.
@@ -41,6 +44,10 @@ fn server_block(out: &mut String, server: &ServerFile) {
     }
     if let Some(enabled) = server.enabled {
         let _ = writeln!(out, "enabled = {enabled}");
+    }
+    // Before the transport, which may open a `[servers.transport]` table.
+    if let Some(auth) = server.auth.as_ref().and_then(auth_text) {
+        let _ = writeln!(out, "auth = {auth}");
     }
     let Some(transport) = &server.transport else {
         return;
@@ -119,6 +126,28 @@ fn inline_map(map: &BTreeMap<String, ValueFile>) -> String {
     format!("{{ {} }}", entries.join(", "))
 }
 
+/// The static strategies as inline tables. Import never produces `oauth` (an mcpServers file
+/// has no OAuth settings), so it has no rendering.
+fn auth_text(auth: &AuthFile) -> Option<String> {
+    let mut fields = Vec::new();
+    match auth {
+        AuthFile::None(_) => fields.push(("type", string("none"))),
+        AuthFile::Bearer(BearerAuthFile { env }) => {
+            fields.push(("type", string("bearer")));
+            fields.extend(env.as_deref().map(|env| ("env", string(env))));
+        }
+        AuthFile::Header(HeaderAuthFile { name, scheme, env }) => {
+            fields.push(("type", string("header")));
+            fields.extend(name.as_deref().map(|name| ("name", string(name))));
+            fields.extend(scheme.as_deref().map(|scheme| ("scheme", string(scheme))));
+            fields.extend(env.as_deref().map(|env| ("env", string(env))));
+        }
+        AuthFile::OAuth(_) => return None,
+    }
+    let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    Some(format!("{{ {} }}", fields.join(", ")))
+}
+
 fn value_text(value: &ValueFile) -> String {
     match value {
         ValueFile::Plain(text) => string(text),
@@ -136,6 +165,16 @@ fn value_text(value: &ValueFile) -> String {
 fn env_vars<'a>(servers: &[&'a ServerFile]) -> Vec<&'a str> {
     let mut vars: Vec<&str> = Vec::new();
     for server in servers.iter().copied() {
+        let auth_env = match &server.auth {
+            Some(AuthFile::Bearer(BearerAuthFile { env })) => env.as_deref(),
+            Some(AuthFile::Header(HeaderAuthFile { env, .. })) => env.as_deref(),
+            _ => None,
+        };
+        if let Some(env) = auth_env
+            && !vars.contains(&env)
+        {
+            vars.push(env);
+        }
         let map = match &server.transport {
             Some(TransportFile::Stdio(stdio)) => &stdio.env,
             Some(TransportFile::Http(http) | TransportFile::Sse(http)) => &http.headers,
