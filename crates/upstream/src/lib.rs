@@ -17,6 +17,7 @@
 mod connect;
 mod error;
 mod http;
+pub mod oauth;
 mod server;
 pub mod sse;
 mod stdio;
