@@ -127,7 +127,24 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
+/// Sets candle's element-wise pool to no extra workers unless the operator chose a size: its
+/// spinning workers slow the embedding model on small machines (see `embed::local`).
+#[allow(unsafe_code)]
+fn quiet_candle_pool() {
+    if std::env::var_os(embed::local::CANDLE_THREADS_VAR).is_none() {
+        // SAFETY: the first statement of `main`, before any thread is spawned, so nothing can
+        // read or write the environment concurrently.
+        unsafe {
+            std::env::set_var(
+                embed::local::CANDLE_THREADS_VAR,
+                embed::local::CANDLE_THREADS_DEFAULT,
+            )
+        };
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_candle_pool();
     let cli = Cli::parse();
     // rmcp logs whole handshake payloads at info; keep them for `--log rmcp=debug`.
     let default_level = match cli.command {

@@ -11,7 +11,13 @@ use divan::counter::ItemsCount;
 use embed::local::{self, LoadOptions, LocalModel};
 use embed::{Embedder, TextKind};
 
+#[allow(unsafe_code)]
 fn main() {
+    // As mcpgw's binary does (see `embed::local`), so the figures are the gateway's.
+    if std::env::var_os(local::CANDLE_THREADS_VAR).is_none() {
+        // SAFETY: first statement of `main`, before divan or anything else spawns a thread.
+        unsafe { std::env::set_var(local::CANDLE_THREADS_VAR, local::CANDLE_THREADS_DEFAULT) };
+    }
     divan::main();
 }
 

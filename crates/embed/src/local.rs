@@ -20,9 +20,21 @@
 //! [`LoadOptions::threads`] threads (default: the machine's available parallelism) that
 //! candle's matrix multiplications split over. candle sizes that split from the core count, so
 //! a smaller pool only queues the parts on fewer threads and pays for the split: on a 2-vCPU
-//! machine a short MiniLM query takes 8.7 ms with two threads and 11.3 ms with one, and 1,000
-//! tool descriptions 2.4 s against 2.8 s (`cargo bench -p mcpgw-embed`). candle's element-wise
-//! kernels use their own pool sized by `CANDLE_NUM_THREADS` (else the core count).
+//! machine 1,000 tool descriptions take 2.4 s on two threads against 2.8 s on one
+//! (`cargo bench -p mcpgw-embed`).
+//!
+//! candle's element-wise kernels run on a second pool of `CANDLE_NUM_THREADS - 1` spinning
+//! workers (default: the core count), which on two cores compete with the matrix pool: a short
+//! MiniLM query took 11.4 ms with that pool and 8.6 ms without, varying from run to run with
+//! where the spinning worker landed. candle reads the variable once, at its first operation,
+//! so only a process's `main` can set it: [`CANDLE_THREADS_VAR`] and
+//! [`CANDLE_THREADS_DEFAULT`] are what mcpgw's binaries and benches set when the operator has
+//! not.
+
+/// The environment variable sizing candle's element-wise pool (see the module docs).
+pub const CANDLE_THREADS_VAR: &str = "CANDLE_NUM_THREADS";
+/// Its value in mcpgw's processes unless the operator set one: no extra spinning workers.
+pub const CANDLE_THREADS_DEFAULT: &str = "1";
 
 mod e5q4;
 mod files;
