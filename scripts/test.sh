@@ -9,6 +9,8 @@
 #   4. cargo nextest run --workspace --no-fail-fast
 #   5. cargo test --workspace --doc
 #   6. cargo bench --workspace --no-run        (benches must keep compiling)
+#   6b. scripts/conformance-client.sh           the official suite's client auth scenarios
+#      against mcpgw's upstream OAuth client (expected failures: tests/conformance/)
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle
 #      (normal dependencies).
@@ -72,6 +74,9 @@ cargo test --workspace --doc
 
 stage "cargo bench --workspace --no-run"
 cargo bench --workspace --no-run
+
+stage "conformance: client auth scenarios (scripts/conformance-client.sh)"
+scripts/conformance-client.sh
 
 # ---- 7. architecture invariants --------------------------------------------
 # assert_no_dep PKG DEP: DEP must not be a normal (non-dev, non-build)
