@@ -10,6 +10,10 @@
 //! embed, the caller embeds it, and [`Catalog::with_vectors`] attaches the vectors. Every
 //! caller searches through [`Catalog::search_with`], for every strategy.
 //!
+//! [`Catalog::validate_arguments`] checks a call's arguments against the tool's verbatim input
+//! schema before it is forwarded ([`arguments`]: no remote `$ref` fetching, and a schema's own
+//! problems never block a call).
+//!
 //! Invariant: a Catalog is immutable; building never fails on upstream data. A malformed tool
 //! is skipped and reported as a [`Problem`], the rest loads.
 //!
@@ -19,6 +23,7 @@
 //! Invariant: the upstream name and the verbatim schema are what go on the wire; derived views
 //! (qualified name, resolved schema) are for clients and models only.
 
+pub mod arguments;
 pub mod cost;
 pub mod embedding;
 pub mod entry;
@@ -30,14 +35,16 @@ pub mod suggestion;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use retrieval::{
     Analyzer, Bm25Index, Bm25Params, DocId, Document, FieldWeights, Hit, Language, VectorIndex,
 };
 
+pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation};
 pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{Filter, SearchHit, SearchOutcome, SearchRequest, Strategy};
@@ -158,6 +165,9 @@ pub struct Catalog {
     index: Bm25Index,
     vectors: Option<ToolVectors>,
     total_token_cost: usize,
+    /// Each tool's argument validator, in [`Catalog::tools`] order, compiled on first use.
+    /// Shared by clones of this snapshot (the tools, hence the schemas, are the same).
+    validators: Arc<[OnceLock<ArgumentValidator>]>,
 }
 
 /// Tool embeddings: one vector per tool, in [`Catalog::tools`] order.
@@ -225,6 +235,7 @@ impl Catalog {
             }
         }
         let total_token_cost = tools.iter().map(|t| t.token_cost).sum();
+        let validators = tools.iter().map(|_| OnceLock::new()).collect();
         let catalog = Catalog {
             tools,
             by_name,
@@ -232,6 +243,7 @@ impl Catalog {
             index,
             vectors: None,
             total_token_cost,
+            validators,
         };
         (catalog, problems)
     }
@@ -468,6 +480,25 @@ impl Catalog {
             upstream: &tool.upstream_name,
         });
         suggestion::suggest(unknown, candidates, limit)
+    }
+
+    /// Checks a `tools/call`'s arguments (absent ones as `{}`) against the input schema of the
+    /// tool named `qualified`, as its upstream published it; see [`arguments`] for what is
+    /// checked and why a schema's own problems give [`Validation::Unvalidated`] rather than
+    /// blocking the call. The tool's validator is compiled on its first check and reused.
+    pub fn validate_arguments(
+        &self,
+        qualified: &str,
+        arguments: Option<&Map<String, Value>>,
+    ) -> Result<Validation, ArgumentErrors> {
+        let Some(&at) = self.by_name.get(qualified) else {
+            return Ok(Validation::UnknownTool);
+        };
+        let (Some(tool), Some(slot)) = (self.tools.get(at), self.validators.get(at)) else {
+            return Ok(Validation::UnknownTool);
+        };
+        slot.get_or_init(|| ArgumentValidator::new(&tool.input_schema))
+            .validate(arguments)
     }
 
     /// Sum of every tool's [`ToolEntry::token_cost`]: what passthrough mode would cost a client.
