@@ -8,14 +8,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Failure, render};
 
-fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
+pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
     let path = config::discover(explicit).map_err(Failure::usage)?;
     config::load(&path).map_err(Failure::usage)
 }
 
 /// Builds the gateway and connects every server, with a progress bar on stderr.
 async fn started_gateway(config: config::Config) -> Arc<Gateway> {
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::open(config).await;
     let total = gateway.upstreams().servers().len() as u64;
     let bar = render::progress(total, "connecting to servers");
     gateway
@@ -242,8 +242,14 @@ pub(crate) async fn servers_test(
     };
     // Testing a disabled server is a legitimate question; answer it.
     server.enabled = true;
+    // Only an OAuth server needs the database (its tokens); a plain test leaves it untouched.
+    let store = if matches!(server.auth, config::Auth::OAuth(_)) {
+        gateway::open_store(&config.store).await
+    } else {
+        None
+    };
     config.servers = vec![server];
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::new(config, store);
     let started = Instant::now();
     let upstream = gateway.upstreams().servers()[0].clone();
     let result = upstream.refresh_tools().await;

@@ -3,6 +3,7 @@
 //! Exit codes: 0 success, 1 a command failed (e.g. a server test), 2 bad usage or invalid
 //! configuration. Logs go to stderr, always: on `serve --stdio` stdout carries only protocol.
 
+mod auth;
 mod command;
 mod eval;
 mod render;
@@ -71,6 +72,11 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Sign in to servers configured for OAuth, and see or delete the stored sign-ins.
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
     /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
     Eval(eval::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
@@ -94,6 +100,34 @@ enum ServersCommand {
     List {
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuthCommand {
+    /// Sign in to a server in the browser; the tokens are stored encrypted for the gateway.
+    Login {
+        server: String,
+        /// Only print the sign-in URL; do not try to open a browser.
+        #[arg(long)]
+        no_browser: bool,
+        /// Port on 127.0.0.1 for the browser's return (default: the configured redirect_uri's,
+        /// else any free port).
+        #[arg(long)]
+        port: Option<u16>,
+    },
+    /// Show the sign-in of every server configured for OAuth (never a token).
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a server's stored tokens.
+    Logout {
+        server: String,
+        /// Also forget the client mcpgw registered with the authorization server; the next
+        /// sign-in registers a new one.
+        #[arg(long)]
+        forget_client: bool,
     },
 }
 
@@ -197,21 +231,96 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ConfigCommand::Check,
         } => command::config_check(config_path),
         Command::Import { file, output } => command::import(&file, output.as_deref()),
+        Command::Auth {
+            command:
+                AuthCommand::Login {
+                    server,
+                    no_browser,
+                    port,
+                },
+        } => auth::login(config_path, &server, no_browser, port).await,
+        Command::Auth {
+            command: AuthCommand::Status { json },
+        } => auth::status(config_path, json).await,
+        Command::Auth {
+            command:
+                AuthCommand::Logout {
+                    server,
+                    forget_client,
+                },
+        } => auth::logout(config_path, &server, forget_client).await,
         Command::Eval(args) => eval::run(args).await,
     }
 }
 
+/// rmcp's OAuth module, which logs the authorisation code (and more) at `debug`.
+const RMCP_AUTH_TARGET: &str = "rmcp::transport::auth";
+
 fn init_logging(filter: Option<&str>, default_level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = match filter {
-        Some(f) => EnvFilter::new(f),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
+    use tracing_subscriber::{
+        EnvFilter, Layer, filter::LevelFilter, filter::Targets, layer::SubscriberExt,
+        util::SubscriberInitExt,
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let text = match filter {
+        Some(f) => f.to_owned(),
+        None => std::env::var(EnvFilter::DEFAULT_ENV)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| default_level.to_owned()),
+    };
+    let env_filter = EnvFilter::try_new(&text).unwrap_or_else(|_| EnvFilter::new(default_level));
+    // `--log debug` must not put sign-in secrets into a log: rmcp's OAuth module is capped at
+    // info, never raised, unless the operator names it (and so asks for it).
+    let cap = if names_target(&text, RMCP_AUTH_TARGET) {
+        Targets::new().with_default(LevelFilter::TRACE)
+    } else {
+        Targets::new()
+            .with_default(LevelFilter::TRACE)
+            .with_target(RMCP_AUTH_TARGET, LevelFilter::INFO)
+    };
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only on a terminal: log files and pipes get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
+        .with_filter(cap);
+    tracing_subscriber::registry()
+        .with(env_filter)
+        .with(layer)
         .init();
+}
+
+/// Whether a filter directive names `target` or a module inside it.
+fn names_target(filter: &str, target: &str) -> bool {
+    filter.split(',').any(|directive| {
+        let name = directive
+            .split(['=', '['])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        name == target || name.starts_with(&format!("{target}::"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_directive_for_the_auth_module_lifts_its_cap() {
+        for filter in [
+            "debug",
+            "trace,rmcp=trace",
+            "rmcp::transport=debug",
+            "rmcp::transport::authx=debug",
+        ] {
+            assert!(!names_target(filter, RMCP_AUTH_TARGET), "{filter}");
+        }
+        for filter in [
+            "info,rmcp::transport::auth=debug",
+            "rmcp::transport::auth::x[span]=trace",
+        ] {
+            assert!(names_target(filter, RMCP_AUTH_TARGET), "{filter}");
+        }
+    }
 }

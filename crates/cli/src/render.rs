@@ -27,7 +27,7 @@ pub(crate) fn state_word(status: &upstream::ServerStatus) -> &'static str {
     }
 }
 
-fn table() -> Table {
+pub(crate) fn table() -> Table {
     let mut table = Table::new();
     table
         .load_style(UTF8_FULL_CONDENSED)

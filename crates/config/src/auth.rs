@@ -53,8 +53,8 @@ pub struct OAuthConfig {
     /// The variable holding the pre-registered client's secret; only set with `client_id`.
     /// Read it with [`OAuthConfig::client_secret`].
     pub client_secret_env: Option<String>,
-    /// The URL of a client ID metadata document, used as the client ID. `https`, or `http` on
-    /// a loopback host; has a path, no fragment, no userinfo. Never set with `client_id`.
+    /// The URL of a client ID metadata document, used as the client ID. `https`, with a path,
+    /// no fragment, no userinfo. Never set with `client_id`.
     pub client_metadata_url: Option<Url>,
     /// Where the authorization server sends the browser back: `http` on a loopback host with
     /// an explicit port (a pre-registered client usually needs an exact match). `None` leaves

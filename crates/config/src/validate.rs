@@ -362,7 +362,8 @@ impl Validator {
             .map_or("SERVER", ServerName::as_str)
             .to_owned();
         let stdio = matches!(server.transport, Some(TransportFile::Stdio(_)));
-        let auth = self.auth(&format!("{path}.auth"), &label, server.auth, stdio);
+        let sse = matches!(server.transport, Some(TransportFile::Sse(_)));
+        let auth = self.auth(&format!("{path}.auth"), &label, server.auth, stdio, sse);
         let transport = match server.transport {
             None => {
                 self.problems.push(Problem::new(transport_path, "missing transport").hint(
@@ -394,10 +395,26 @@ impl Validator {
         })
     }
 
-    fn auth(&mut self, path: &str, server: &str, file: Option<AuthFile>, stdio: bool) -> Auth {
+    fn auth(
+        &mut self,
+        path: &str,
+        server: &str,
+        file: Option<AuthFile>,
+        stdio: bool,
+        sse: bool,
+    ) -> Auth {
         let Some(file) = file else {
             return Auth::None;
         };
+        // The legacy HTTP+SSE client has no token refresh; the OAuth client lives on Streamable
+        // HTTP. Servers that still speak only SSE predate OAuth in MCP (2025-03-26) anyway.
+        if sse && matches!(file, AuthFile::OAuth(_)) {
+            self.problems.push(
+                Problem::new(path, "oauth is supported for http servers, not for sse")
+                    .hint("use transport = { type = \"http\", url = \"...\" } if the server speaks Streamable HTTP, or a bearer token"),
+            );
+            return Auth::None;
+        }
         if stdio && !matches!(file, AuthFile::None(_)) {
             let named = match &file {
                 AuthFile::Bearer(bearer) => bearer.env.clone(),
@@ -557,11 +574,12 @@ impl Validator {
                 );
             }
             let url = self.oauth_url(&at, &text)?;
-            let secure = url.scheme() == "https" || (url.scheme() == "http" && is_loopback(&url));
-            if !secure {
+            // The OAuth client (rmcp) accepts only https client IDs: an http one would pass
+            // here and fail at every sign-in.
+            if url.scheme() != "https" {
                 self.problems.push(
                     Problem::new(&at, "a client ID metadata document must be served over https")
-                        .hint("use an https:// url; http:// is accepted only on 127.0.0.1, [::1] and localhost"),
+                        .hint("use an https:// url, or leave it out to register mcpgw with the authorization server automatically"),
                 );
                 return None;
             }
@@ -1275,7 +1293,7 @@ auth = { type = "oauth", client_metadata_url = "https://mcpgw.example.com/oauth/
 [[servers]]
 name = "cimd-local"
 transport = { type = "http", url = "https://cimd.example.com/mcp" }
-auth = { type = "oauth", client_metadata_url = "http://localhost:9000/client.json", redirect_uri = "http://[::1]:9001/cb" }
+auth = { type = "oauth", client_metadata_url = "https://localhost:9000/client.json", redirect_uri = "http://[::1]:9001/cb" }
 "#,
             expect![[r#"
                 listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
@@ -1303,7 +1321,7 @@ auth = { type = "oauth", client_metadata_url = "http://localhost:9000/client.jso
                   auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=Some("https://mcpgw.example.com/oauth/client.json") redirect_uri=None authorization_params={} token_params={} resource=None
                 cimd-local timeout=30s enabled=true
                   http https://cimd.example.com/mcp headers[]
-                  auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=Some("http://localhost:9000/client.json") redirect_uri=Some("http://[::1]:9001/cb") authorization_params={} token_params={} resource=None
+                  auth oauth scopes=[] client_id=None client_secret_env=None client_metadata_url=Some("https://localhost:9000/client.json") redirect_uri=Some("http://[::1]:9001/cb") authorization_params={} token_params={} resource=None
             "#]],
         );
     }
@@ -1377,9 +1395,19 @@ resource = "https://me:pw@a.example.com/#frag"
 name = "oauth-more"
 transport = { type = "http", url = "https://a.example.com/mcp" }
 auth = { type = "oauth", client_metadata_url = "not a url", redirect_uri = "http://example.com:80/cb", resource = "https://a.example.com/#x" }
+
+[[servers]]
+name = "oauth-sse"
+transport = { type = "sse", url = "https://a.example.com/sse" }
+auth = { type = "oauth" }
+
+[[servers]]
+name = "oauth-cimd-http"
+transport = { type = "http", url = "https://a.example.com/mcp" }
+auth = { type = "oauth", client_metadata_url = "http://localhost:9000/client.json" }
 "#,
             expect![[r#"
-                invalid configuration (32 problems):
+                invalid configuration (34 problems):
                   servers[0].auth.env: missing env (hint: name the environment variable that holds the credential, such as env = "NO_ENV_TOKEN")
                   servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "BAD_ENV_TOKEN", and export it)
                   servers[2].auth.name: missing header name (hint: name the header the server reads the credential from, such as name = "X-Api-Key")
@@ -1394,7 +1422,7 @@ auth = { type = "oauth", client_metadata_url = "not a url", redirect_uri = "http
                   servers[7].auth.client_id: client_id is empty (hint: leave it out to register mcpgw with the authorization server automatically)
                   servers[7].auth.client_secret_env: not a valid environment variable name (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)
                   servers[7].auth.client_secret_env: a client secret needs the client_id it was issued with (hint: add client_id = "..." as registered with the authorization server)
-                  servers[7].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url; http:// is accepted only on 127.0.0.1, [::1] and localhost)
+                  servers[7].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)
                   servers[7].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
                   servers[7].auth.resource: url scheme `urn` is not supported (hint: leave it out to use the server's url)
                   servers[7].auth.authorization_params."": a parameter name must not be empty
@@ -1411,7 +1439,9 @@ auth = { type = "oauth", client_metadata_url = "not a url", redirect_uri = "http
                   servers[8].auth.resource: the url must not hold a user name or password
                   servers[9].auth.client_metadata_url: invalid url: relative URL without a base (hint: write an absolute url such as "https://example.com/path")
                   servers[9].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
-                  servers[9].auth.resource: the url must not have a fragment (`#...`)"#]],
+                  servers[9].auth.resource: the url must not have a fragment (`#...`)
+                  servers[10].auth: oauth is supported for http servers, not for sse (hint: use transport = { type = "http", url = "..." } if the server speaks Streamable HTTP, or a bearer token)
+                  servers[11].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)"#]],
         );
     }
 

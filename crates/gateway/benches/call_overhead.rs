@@ -316,7 +316,7 @@ struct InProcessGateway {
 impl InProcessGateway {
     async fn start(toml: &str) -> anyhow::Result<InProcessGateway> {
         let config = config::parse_toml(toml, Path::new("bench.toml"))?;
-        let gateway = gateway::Gateway::new(config);
+        let gateway = gateway::Gateway::open(config).await;
         gateway.start(|_| {}).await;
         for status in gateway.upstreams().servers().iter().map(|s| s.status()) {
             if !matches!(status.state, upstream::ServerState::Ready) {

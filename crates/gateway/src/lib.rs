@@ -12,6 +12,7 @@
 
 mod front;
 mod meta;
+pub mod oauth;
 mod result;
 mod semantic;
 mod serve;
@@ -37,6 +38,8 @@ const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Gateway {
     config: config::Config,
+    /// The database: the embedding cache and the OAuth tokens of upstreams.
+    store: Option<store::Store>,
     upstreams: Upstreams,
     /// The published snapshot and the generation it was built for; a slow embedding of an
     /// older generation never replaces a newer catalog.
@@ -85,12 +88,23 @@ impl FoundTool {
 }
 
 impl Gateway {
-    /// Builds the gateway; nothing connects yet. Call [`Gateway::start`] next.
-    pub fn new(config: config::Config) -> Arc<Self> {
+    /// Opens the configured store, then builds the gateway on it ([`Gateway::new`]). Without
+    /// the store the gateway still runs: it re-embeds at each start, and servers configured for
+    /// OAuth fail, saying why.
+    pub async fn open(config: config::Config) -> Arc<Self> {
+        let store = open_store(&config.store).await;
+        Self::new(config, store)
+    }
+
+    /// Builds the gateway; nothing connects yet. Call [`Gateway::start`] next. The store must
+    /// be open before any upstream connects: OAuth servers read their tokens from it.
+    pub fn new(config: config::Config, store: Option<store::Store>) -> Arc<Self> {
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
-        let upstreams = Upstreams::new(&config, changes_tx);
+        let oauth = store.clone().map(oauth::StoreOAuth::local);
+        let upstreams = Upstreams::new(&config, changes_tx, oauth);
         let gateway = Arc::new(Self {
             config,
+            store,
             upstreams,
             catalog: RwLock::new((0, Arc::new(Catalog::build(&[]).0))),
             generation: AtomicU64::new(0),
@@ -104,14 +118,13 @@ impl Gateway {
 
     /// Connects every server concurrently and publishes the first catalog. Returns when each
     /// server is ready or failed and the lexical catalog is published; `on_settled` reports
-    /// each server as it settles. The embedder loads (and the store opens) while the servers
-    /// connect. Tool embeddings are computed in the background: with thousands of new tools
-    /// they take minutes, and BM25 serves meanwhile (searches say "tool embeddings not
-    /// ready"). [`Gateway::embedded`] waits for them.
+    /// each server as it settles. The embedder loads while the servers connect. Tool
+    /// embeddings are computed in the background: with thousands of new tools they take
+    /// minutes, and BM25 serves meanwhile (searches say "tool embeddings not ready").
+    /// [`Gateway::embedded`] waits for them.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
         let semantic = async {
-            let store = open_store(&self.config.store).await;
-            Semantic::load(&self.config.retrieval, store)
+            Semantic::load(&self.config.retrieval, self.store.clone())
                 .await
                 .map(Arc::new)
         };
@@ -200,6 +213,11 @@ impl Gateway {
 
     pub fn upstreams(&self) -> &Upstreams {
         &self.upstreams
+    }
+
+    /// The database, when it could be opened.
+    pub fn store(&self) -> Option<&store::Store> {
+        self.store.as_ref()
     }
 
     /// The current catalog snapshot.
@@ -333,19 +351,27 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
     }
 }
 
-/// Opens the embedded database; without it the gateway still runs, it only re-embeds on start.
-async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
-    let path = config
-        .path
-        .clone()
-        .unwrap_or_else(store::Store::default_path);
-    match store::Store::open(&path).await {
+/// Opens the embedded database; without it the gateway still runs, it only re-embeds on start
+/// (and OAuth servers cannot connect). Opening SQLite takes milliseconds.
+pub async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
+    match store::Store::open(&store_path(config)).await {
         Ok(store) => Some(store),
         Err(error) => {
-            tracing::warn!(%error, "running without the database (embeddings are not cached)");
+            tracing::warn!(
+                %error,
+                "running without the database (embeddings are not cached, OAuth servers cannot connect)"
+            );
             None
         }
     }
+}
+
+/// Where the configured database lives: `[store] path`, else the default location.
+pub fn store_path(config: &config::StoreConfig) -> std::path::PathBuf {
+    config
+        .path
+        .clone()
+        .unwrap_or_else(store::Store::default_path)
 }
 
 async fn watch_changes(

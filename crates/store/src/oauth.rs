@@ -134,6 +134,33 @@ impl Store {
         }))
     }
 
+    /// The client `client_id` registered with `issuer`, with the redirect URI it was registered
+    /// for (the newest, should it have been registered for several). For refreshing tokens,
+    /// which name their client but not the redirect URI. Absent like
+    /// [`Store::client_registration`] when its secret does not decrypt.
+    pub async fn find_client_registration(
+        &self,
+        issuer: &str,
+        client_id: &str,
+    ) -> Result<Option<(String, ClientRegistration)>, StoreError> {
+        let found: Option<String> = sqlx::query_scalar(
+            "SELECT redirect_uri FROM oauth_clients WHERE issuer = ? AND client_id = ?
+             ORDER BY created_at DESC, redirect_uri LIMIT 1",
+        )
+        .bind(issuer)
+        .bind(client_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(redirect_uri) = found else {
+            return Ok(None);
+        };
+        let registration = self.client_registration(issuer, &redirect_uri).await?;
+        // Replaced between the two statements by another client: not the one asked for.
+        Ok(registration
+            .filter(|r| r.client_id == client_id)
+            .map(|r| (redirect_uri, r)))
+    }
+
     /// Forgets the client registered with `issuer` for `redirect_uri`; whether there was one.
     pub async fn delete_client_registration(
         &self,
@@ -542,6 +569,45 @@ mod tests {
                 .expect("get")
                 .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn client_registrations_are_found_by_client_id() {
+        let store = Store::open_in_memory().await.expect("store");
+        let registration = |client_id: &str| ClientRegistration {
+            client_id: client_id.to_owned(),
+            client_secret: Some(SecretString::from("cs")),
+            metadata: "{}".to_owned(),
+        };
+        store
+            .put_client_registration(ISSUER, REDIRECT, &registration("client-1"))
+            .await
+            .expect("put");
+        store
+            .put_client_registration(ISSUER, "http://127.0.0.1:9/cb", &registration("client-2"))
+            .await
+            .expect("put");
+        let (redirect_uri, found) = store
+            .find_client_registration(ISSUER, "client-2")
+            .await
+            .expect("find")
+            .expect("present");
+        assert_eq!(redirect_uri, "http://127.0.0.1:9/cb");
+        assert_eq!(found.client_id, "client-2");
+        assert_eq!(
+            found.client_secret.as_ref().map(|s| s.expose_secret()),
+            Some("cs")
+        );
+        for (issuer, client_id) in [(ISSUER, "client-3"), ("https://other.example", "client-1")] {
+            assert!(
+                store
+                    .find_client_registration(issuer, client_id)
+                    .await
+                    .expect("find")
+                    .is_none(),
+                "{issuer} {client_id}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -13,9 +13,15 @@
 //! within the configured origin, so no header, custom ones included, is sent anywhere else
 //! (reqwest itself strips only `Authorization` and `Cookie` on a cross-origin redirect).
 //!
+//! A server configured for `oauth` (Streamable HTTP only) talks through its
+//! [`AuthorizedClient`], which the caller keeps across reconnects: every request carries the
+//! stored access token, refreshed as needed. No token is ever a custom header or logged.
+//!
 //! An HTTP 401 is explained in terms of that configuration: the credentials from `VAR` were
 //! rejected, none are configured, or the server wants OAuth (its `WWW-Authenticate` names RFC 9728
-//! `resource_metadata`, or the server is configured for OAuth).
+//! `resource_metadata`, or the server is configured for OAuth and has no usable sign-in). A token
+//! refresh that failed without a verdict on the sign-in is reported as such, without asking for a
+//! login.
 
 use std::{error::Error as StdError, time::Duration};
 
@@ -37,6 +43,7 @@ use tokio::sync::mpsc;
 
 use crate::{
     Era, ToolsChanged, UpstreamError,
+    oauth::{AuthError, AuthorizedClient},
     sse::{SseClientConfig, SseClientTransport, SseError},
     stdio,
 };
@@ -85,11 +92,14 @@ pub(crate) struct Connected {
     pub server_version: Option<String>,
 }
 
-/// Connects once over the configured transport. `known_era` skips the probe.
+/// Connects once over the configured transport. `known_era` skips the probe. `oauth` is the
+/// client of a server configured for OAuth (Streamable HTTP only): requests go through it and
+/// carry its access token.
 pub(crate) async fn connect(
     config: &config::ServerConfig,
     handler: UpstreamClient,
     known_era: Option<Era>,
+    oauth: Option<&AuthorizedClient>,
 ) -> Result<Connected, UpstreamError> {
     let lifecycle = match known_era {
         Some(Era::Modern) => ClientLifecycleMode::Discover {
@@ -106,10 +116,10 @@ pub(crate) async fn connect(
         },
     };
     let probing = matches!(lifecycle, ClientLifecycleMode::Auto { .. });
-    match connect_with(config, handler.clone(), lifecycle).await {
+    match connect_with(config, handler.clone(), lifecycle, oauth).await {
         Err(UpstreamError::Protocol { reason, .. }) if probing => {
             tracing::info!(server = %config.name, %reason, "era probe failed, retrying with initialize");
-            connect_with(config, handler, ClientLifecycleMode::Initialize).await
+            connect_with(config, handler, ClientLifecycleMode::Initialize, oauth).await
         }
         other => other,
     }
@@ -119,6 +129,7 @@ async fn connect_with(
     config: &config::ServerConfig,
     handler: UpstreamClient,
     lifecycle: ClientLifecycleMode,
+    oauth: Option<&AuthorizedClient>,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
     let session = match &config.transport {
@@ -136,11 +147,22 @@ async fn connect_with(
                 .filter_map(|(k, v)| Some((k?, v)))
                 .collect();
             transport_config.max_json_response_size = MAX_RESPONSE_BYTES;
-            let transport = StreamableHttpClientTransport::with_client(
-                crate::http::SessionAwareClient::new(http_client()),
-                transport_config,
-            );
-            serve_client_with_lifecycle(handler, transport, lifecycle).await
+            match oauth {
+                Some(client) => {
+                    let transport = StreamableHttpClientTransport::with_client(
+                        client.clone(),
+                        transport_config,
+                    );
+                    serve_client_with_lifecycle(handler, transport, lifecycle).await
+                }
+                None => {
+                    let transport = StreamableHttpClientTransport::with_client(
+                        crate::http::SessionAwareClient::new(http_client()),
+                        transport_config,
+                    );
+                    serve_client_with_lifecycle(handler, transport, lifecycle).await
+                }
+            }
         }
         config::Transport::Sse(http_config) => {
             let headers = request_headers(config, http_config)?;
@@ -185,7 +207,7 @@ async fn connect_with(
     })
 }
 
-fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     // Pooled connections idle out quickly: upstreams restart and we must not reuse dead sockets.
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(30))
@@ -318,6 +340,35 @@ pub(crate) fn unauthorized(
     })
 }
 
+/// What an authentication failure somewhere in `error`'s chain means for this server: an HTTP
+/// 401 ([`unauthorized`]), or an OAuth token refresh that failed without a verdict on the grant
+/// (a dead grant is not an error here: the request goes out without a token and the server's
+/// 401 says the rest).
+pub(crate) fn auth_failure(
+    config: &config::ServerConfig,
+    error: &(dyn StdError + 'static),
+) -> Option<UpstreamError> {
+    if let Some(unauthorized) = unauthorized(config, error) {
+        return Some(unauthorized);
+    }
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(auth) = error.downcast_ref::<AuthError>() {
+            let reason = match auth {
+                // Its own wording ("OAuth token refresh failed: ...") repeats the message's.
+                AuthError::TokenRefreshFailed(why) => why.clone(),
+                other => other.to_string(),
+            };
+            return Some(UpstreamError::OAuthRefresh {
+                server: config.name.to_string(),
+                reason,
+            });
+        }
+        current = error.source();
+    }
+    None
+}
+
 /// The `WWW-Authenticate` of a 401 in the chain (empty when the server sent none).
 fn challenge_in(error: &(dyn StdError + 'static)) -> Option<String> {
     let mut current = Some(error);
@@ -431,14 +482,14 @@ fn classify_init_error(
     }
 }
 
-/// A 401 behind a failed handshake, in either phase of the era probe.
+/// An authentication failure behind a failed handshake, in either phase of the era probe.
 fn init_unauthorized(
     config: &config::ServerConfig,
     error: &rmcp::service::ClientInitializeError,
 ) -> Option<UpstreamError> {
     use rmcp::service::ClientInitializeError as E;
     match error {
-        E::TransportError { error, .. } => unauthorized(config, error.error.as_ref()),
+        E::TransportError { error, .. } => auth_failure(config, error.error.as_ref()),
         E::LegacyFallbackFailed { discover, fallback } => {
             init_unauthorized(config, fallback).or_else(|| init_unauthorized(config, discover))
         }
@@ -672,6 +723,32 @@ mod tests {
             explain(&oauth, ""),
             "server 'z' answered HTTP 401: OAuth required, run `mcpgw auth login z`"
         );
+    }
+
+    #[test]
+    fn a_transient_refresh_failure_keeps_the_sign_in_and_asks_for_no_login() {
+        let server = server(&format!(
+            "[[servers]]\nname = \"docs\"\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", {URL} }}\n"
+        ));
+        let refresh: rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error> =
+            AuthError::TokenRefreshFailed(
+                "Server returned error response: temporarily_unavailable".into(),
+            )
+            .into();
+        let init = rmcp::service::ClientInitializeError::TransportError {
+            error: rmcp::transport::DynamicTransportError::from_parts(
+                "test",
+                std::any::TypeId::of::<()>(),
+                Box::new(refresh),
+            ),
+            context: "send initialize request".into(),
+        };
+        let message = classify_init_error(&server, init).to_string();
+        assert_eq!(
+            message,
+            "server 'docs': the OAuth access token could not be refreshed (Server returned error response: temporarily_unavailable); the sign-in is kept and the next request tries again"
+        );
+        assert!(!message.contains("auth login"), "{message}");
     }
 
     #[test]

@@ -50,6 +50,16 @@ pub enum UpstreamError {
     /// server configured for OAuth: a (new) sign-in is needed.
     #[error("server '{server}' answered HTTP 401: OAuth required, run `mcpgw auth login {server}`")]
     OAuthRequired { server: String },
+    /// The access token was due for a refresh and the refresh failed without a verdict on the
+    /// grant (network, server error, unreadable answer): the sign-in is kept, no login asked for.
+    #[error(
+        "server '{server}': the OAuth access token could not be refreshed ({reason}); the sign-in is kept and the next request tries again"
+    )]
+    OAuthRefresh { server: String, reason: String },
+    /// OAuth cannot work for this server as things stand (no database for its tokens, an
+    /// unusable setting).
+    #[error("OAuth for server '{server}' is not usable: {reason}")]
+    OAuthUnavailable { server: String, reason: String },
 }
 
 /// What to add when a server that rejected static credentials also offers OAuth.
@@ -66,5 +76,18 @@ impl UpstreamError {
     /// the request (child exited, transport closed, session id unknown to the server).
     pub(crate) fn session_lost(&self) -> bool {
         matches!(self, UpstreamError::Closed { .. })
+    }
+
+    /// True when the server refused mcpgw's credentials, or mcpgw has none it can send: the
+    /// server is unusable until that changes, whatever the state of the session.
+    pub fn is_auth_failure(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::CredentialsRejected { .. }
+                | UpstreamError::CredentialsMissing { .. }
+                | UpstreamError::OAuthRequired { .. }
+                | UpstreamError::OAuthRefresh { .. }
+                | UpstreamError::OAuthUnavailable { .. }
+        )
     }
 }

@@ -12,7 +12,9 @@
 //!   before processing). Any other failure is returned, because a retry could repeat a side effect.
 //! - A stdio child runs in its own process group; the group is killed when the session ends, so
 //!   grandchildren (`node` under `npx`, `python` under `uvx`) never outlive the gateway.
-//! - Secret header and environment values are resolved at connect time and never logged.
+//! - Secret header and environment values are resolved at connect time and never logged; OAuth
+//!   tokens live in the [`oauth::OAuthStore`] the caller provides, are read at each request, and
+//!   are never logged either.
 
 mod connect;
 mod error;
@@ -25,6 +27,7 @@ mod stdio;
 use std::sync::Arc;
 
 pub use error::UpstreamError;
+use oauth::OAuthStore;
 pub use server::{Era, Server, ServerState, ServerStatus};
 use tokio::sync::mpsc;
 
@@ -42,12 +45,18 @@ pub struct ToolsChanged {
 impl Upstreams {
     /// Builds handles for the enabled servers; nothing connects until [`Upstreams::connect_all`]
     /// or the first request. `changes` receives a message whenever a server's tools may differ.
-    pub fn new(config: &config::Config, changes: mpsc::UnboundedSender<ToolsChanged>) -> Self {
+    /// `oauth` keeps the tokens of servers configured for OAuth; without it they cannot
+    /// connect (and say why).
+    pub fn new(
+        config: &config::Config,
+        changes: mpsc::UnboundedSender<ToolsChanged>,
+        oauth: Option<Arc<dyn OAuthStore>>,
+    ) -> Self {
         let servers = config
             .servers
             .iter()
             .filter(|s| s.enabled)
-            .map(|s| Arc::new(Server::new(s.clone(), changes.clone())))
+            .map(|s| Arc::new(Server::new(s.clone(), changes.clone(), oauth.clone())))
             .collect();
         Self { servers }
     }

@@ -6,17 +6,21 @@
 //! `resource` parameter, the RFC 9207 `iss` check, and refreshing a token that has less than
 //! `min(30 s, lifetime / 2)` left. This module adds what mcpgw needs around it:
 //!
-//! - [`OAuthSettings`]: the per-server knobs (scopes, client identity, extra parameters).
-//! - [`OAuthStore`]: persistence keyed by server name, independent of the backend. Besides rmcp's
-//!   [`StoredCredentials`] it keeps the [`ClientRegistration`], because rmcp only remembers the
-//!   client id, and a dynamically registered confidential client needs its secret to refresh.
+//! - [`OAuthSettings`]: the per-server knobs (scopes, client identity, extra parameters), built
+//!   from the configuration by [`OAuthSettings::from_config`].
+//! - [`OAuthStore`]: persistence, independent of the backend (in memory here; the gateway's
+//!   SQLite store in `gateway::oauth`). rmcp's [`StoredCredentials`] per server; besides them the
+//!   [`ClientRegistration`]s per issuer and redirect URI, shared by every server of that issuer,
+//!   because rmcp only remembers the client id, and a dynamically registered confidential client
+//!   needs its secret to refresh.
 //! - [`start_login`] / [`finish_login`]: the authorisation-code flow split at the browser, with a
 //!   single-use login state that expires after [`LOGIN_TTL`].
 //! - [`AuthorizedClient`]: the Streamable HTTP client for an upstream with stored credentials.
 //!   Unlike rmcp's `AuthClient`, concurrent requests rejected with 401 share one refresh (rmcp
 //!   refreshes once per rejected request), and a failed refresh is classified
 //!   ([`RefreshFailure`]) and acted on: tokens or the registration are deleted when they are dead,
-//!   and kept when the failure is transient.
+//!   and kept when the failure is transient or another process replaced them meanwhile (a
+//!   refresh-token rotation race). Tokens a later login stored for another client are picked up.
 //!
 //! Nothing here logs, prints or `Debug`-formats a token, authorisation code, PKCE verifier or
 //! client secret. (rmcp itself logs the authorisation code at `debug` level in
@@ -32,7 +36,6 @@ use std::{
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use oauth2::TokenResponse;
 use rmcp::{
     model::ClientJsonRpcMessage,
     transport::{
@@ -55,6 +58,7 @@ use url::Url;
 use crate::http::SessionAwareClient;
 
 // The rmcp types in this module's API, so that a store or the CLI needs no rmcp dependency.
+pub use oauth2::TokenResponse;
 pub use rmcp::transport::auth::{
     AuthError, CredentialRefreshGuard, OAuthTokenResponse, StateStore, StoredAuthorizationState,
     StoredCredentials,
@@ -124,7 +128,51 @@ pub struct OAuthSettings {
     pub redirect_uri: String,
 }
 
+/// The redirect URI of settings used only to authorise requests and refresh tokens, when the
+/// configuration names none: neither sends it. A login listens on a port of its own and builds
+/// its settings with that address.
+pub const DEFAULT_REDIRECT_URI: &str = "http://127.0.0.1/callback";
+
 impl OAuthSettings {
+    /// The settings of a server configured with `auth = { type = "oauth", .. }`. `redirect_uri`
+    /// is used unless the configuration names one. The client secret is read from its variable
+    /// now (a gateway reads it once, when the server first connects).
+    ///
+    /// `resource` is not honoured yet: rmcp asks for the resource its discovery found (the
+    /// server's protected resource metadata), else the server URL; a warning says so.
+    pub fn from_config(
+        server: &str,
+        config: &config::OAuthConfig,
+        redirect_uri: &str,
+    ) -> Result<Self, OAuthError> {
+        let client_secret = config
+            .client_secret()
+            .map_err(|error| OAuthError::Settings {
+                name: "client_secret_env".to_owned(),
+                reason: error.to_string(),
+            })?;
+        if let Some(resource) = &config.resource {
+            tracing::warn!(
+                server,
+                %resource,
+                "oauth `resource` is not supported yet; asking for the resource the server's metadata names, else its url"
+            );
+        }
+        let mut settings = Self::new(
+            config
+                .redirect_uri
+                .as_ref()
+                .map_or(redirect_uri, |url| url.as_str()),
+        );
+        settings.scopes = config.scopes.clone();
+        settings.client_id = config.client_id.clone();
+        settings.client_secret = client_secret;
+        settings.client_metadata_url = config.client_metadata_url.as_ref().map(Url::to_string);
+        settings.authorization_params = config.authorization_params.clone();
+        settings.token_params = config.token_params.clone();
+        Ok(settings)
+    }
+
     pub fn new(redirect_uri: impl Into<String>) -> Self {
         Self {
             scopes: Vec::new(),
@@ -263,7 +311,7 @@ impl RefreshFailure {
     pub async fn apply(self, credentials: &ServerCredentials) -> Result<(), OAuthError> {
         match self {
             Self::Reauthorize => credentials.forget_tokens().await,
-            Self::ClientRejected => credentials.forget_client().await,
+            Self::ClientRejected => credentials.forget_client().await.map(drop),
             Self::Transient => Ok(()),
         }
     }
@@ -317,14 +365,17 @@ pub enum RegistrationMethod {
 
 /// A client registered with an authorisation server, kept so later logins and refreshes use it.
 /// Bound to the issuer and redirect URI it was registered with: another authorisation server
-/// must never see it (SEP-2352), and another redirect URI needs a new registration.
+/// must never see it (SEP-2352), and another redirect URI needs a new registration. Shared by
+/// every server and user of that issuer.
 #[derive(Clone, Serialize, Deserialize)]
 pub struct ClientRegistration {
     pub method: RegistrationMethod,
     pub client_id: String,
     #[serde(with = "optional_secret")]
     pub client_secret: Option<SecretString>,
-    pub issuer: Option<String>,
+    /// The authorisation server's `issuer`; for one that publishes none, a per-server key from
+    /// [`ServerCredentials::issuer_key`], so that such a registration is never shared.
+    pub issuer: String,
     pub redirect_uri: String,
     pub registered_at: u64,
 }
@@ -367,36 +418,42 @@ mod optional_secret {
     }
 }
 
-/// Everything stored for one server.
-#[derive(Clone, Debug, Default)]
-pub struct StoredOAuth {
-    pub registration: Option<ClientRegistration>,
-    /// rmcp's record: client id, token response, granted scopes, when received, issuer.
-    pub credentials: Option<StoredCredentials>,
-}
-
-/// Where OAuth state lives, keyed by server name. In memory today ([`MemoryOAuthStore`]); the
-/// SQLite store implements the same trait.
+/// Where OAuth state lives. Tokens are per server (an implementation serving several users
+/// keys them by its user as well, one store value per user); client registrations are per
+/// issuer and redirect URI, shared by every server and user of that authorisation server.
+/// In memory: [`MemoryOAuthStore`]; the gateway implements it over its SQLite store.
 #[async_trait]
 pub trait OAuthStore: Send + Sync + 'static {
-    async fn load(&self, server: &str) -> Result<StoredOAuth, OAuthError>;
+    /// rmcp's record for `server`: client id, token response, granted scopes, when received,
+    /// issuer.
+    async fn credentials(&self, server: &str) -> Result<Option<StoredCredentials>, OAuthError>;
     async fn save_credentials(
         &self,
         server: &str,
         credentials: StoredCredentials,
     ) -> Result<(), OAuthError>;
-    async fn save_registration(
-        &self,
-        server: &str,
-        registration: ClientRegistration,
-    ) -> Result<(), OAuthError>;
-    /// Deletes the tokens and keeps the client registration.
+    /// Deletes `server`'s tokens.
     async fn clear_credentials(&self, server: &str) -> Result<(), OAuthError>;
-    /// Deletes the tokens and the client registration.
-    async fn clear_all(&self, server: &str) -> Result<(), OAuthError>;
+    /// The client registered with `issuer` for `redirect_uri`.
+    async fn registration(
+        &self,
+        issuer: &str,
+        redirect_uri: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError>;
+    /// The client `client_id` registered with `issuer`, whatever its redirect URI (to refresh
+    /// tokens, which need the client's secret but not its redirect URI).
+    async fn registration_by_client_id(
+        &self,
+        issuer: &str,
+        client_id: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError>;
+    /// Stores a registration, replacing the one for the same issuer and redirect URI.
+    async fn save_registration(&self, registration: ClientRegistration) -> Result<(), OAuthError>;
+    /// Deletes the registration for `issuer` and `redirect_uri`.
+    async fn clear_registration(&self, issuer: &str, redirect_uri: &str) -> Result<(), OAuthError>;
     /// Held across a refresh and the save of its result, so that two refreshes of one server's
     /// credentials (in this process or, for a shared store, in another) do not interleave. The
-    /// guard must not be needed by `load` or `save_credentials`.
+    /// guard must not be needed by `credentials` or `save_credentials`.
     async fn refresh_guard(
         &self,
         server: &str,
@@ -409,21 +466,16 @@ pub trait OAuthStore: Send + Sync + 'static {
 /// An [`OAuthStore`] that forgets everything when the process ends.
 #[derive(Default)]
 pub struct MemoryOAuthStore {
-    entries: Mutex<HashMap<String, StoredOAuth>>,
-    refresh_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-impl MemoryOAuthStore {
-    fn with_entry<T>(&self, server: &str, f: impl FnOnce(&mut StoredOAuth) -> T) -> T {
-        let mut entries = lock(&self.entries);
-        f(entries.entry(server.to_owned()).or_default())
-    }
+    credentials: Mutex<HashMap<String, StoredCredentials>>,
+    /// By (issuer, redirect URI).
+    registrations: Mutex<HashMap<(String, String), ClientRegistration>>,
+    refresh_locks: RefreshLocks,
 }
 
 #[async_trait]
 impl OAuthStore for MemoryOAuthStore {
-    async fn load(&self, server: &str) -> Result<StoredOAuth, OAuthError> {
-        Ok(lock(&self.entries).get(server).cloned().unwrap_or_default())
+    async fn credentials(&self, server: &str) -> Result<Option<StoredCredentials>, OAuthError> {
+        Ok(lock(&self.credentials).get(server).cloned())
     }
 
     async fn save_credentials(
@@ -431,26 +483,46 @@ impl OAuthStore for MemoryOAuthStore {
         server: &str,
         credentials: StoredCredentials,
     ) -> Result<(), OAuthError> {
-        self.with_entry(server, |e| e.credentials = Some(credentials));
-        Ok(())
-    }
-
-    async fn save_registration(
-        &self,
-        server: &str,
-        registration: ClientRegistration,
-    ) -> Result<(), OAuthError> {
-        self.with_entry(server, |e| e.registration = Some(registration));
+        lock(&self.credentials).insert(server.to_owned(), credentials);
         Ok(())
     }
 
     async fn clear_credentials(&self, server: &str) -> Result<(), OAuthError> {
-        self.with_entry(server, |e| e.credentials = None);
+        lock(&self.credentials).remove(server);
         Ok(())
     }
 
-    async fn clear_all(&self, server: &str) -> Result<(), OAuthError> {
-        lock(&self.entries).remove(server);
+    async fn registration(
+        &self,
+        issuer: &str,
+        redirect_uri: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError> {
+        let key = (issuer.to_owned(), redirect_uri.to_owned());
+        Ok(lock(&self.registrations).get(&key).cloned())
+    }
+
+    async fn registration_by_client_id(
+        &self,
+        issuer: &str,
+        client_id: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError> {
+        Ok(lock(&self.registrations)
+            .values()
+            .find(|r| r.issuer == issuer && r.client_id == client_id)
+            .cloned())
+    }
+
+    async fn save_registration(&self, registration: ClientRegistration) -> Result<(), OAuthError> {
+        let key = (
+            registration.issuer.clone(),
+            registration.redirect_uri.clone(),
+        );
+        lock(&self.registrations).insert(key, registration);
+        Ok(())
+    }
+
+    async fn clear_registration(&self, issuer: &str, redirect_uri: &str) -> Result<(), OAuthError> {
+        lock(&self.registrations).remove(&(issuer.to_owned(), redirect_uri.to_owned()));
         Ok(())
     }
 
@@ -458,11 +530,22 @@ impl OAuthStore for MemoryOAuthStore {
         &self,
         server: &str,
     ) -> Result<Option<CredentialRefreshGuard>, OAuthError> {
-        let mutex = lock(&self.refresh_locks)
-            .entry(server.to_owned())
-            .or_default()
-            .clone();
-        Ok(Some(CredentialRefreshGuard::new(mutex.lock_owned().await)))
+        Ok(Some(self.refresh_locks.acquire(server).await))
+    }
+}
+
+/// In-process refresh serialisation, one async mutex per key: enough for a store that only
+/// one process refreshes from. [`OAuthStore::refresh_guard`] implementations can use it.
+#[derive(Default)]
+pub struct RefreshLocks {
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl RefreshLocks {
+    /// Waits for and holds the lock named `key` until the guard is dropped.
+    pub async fn acquire(&self, key: &str) -> CredentialRefreshGuard {
+        let mutex = lock(&self.locks).entry(key.to_owned()).or_default().clone();
+        CredentialRefreshGuard::new(mutex.lock_owned().await)
     }
 }
 
@@ -485,6 +568,8 @@ impl fmt::Debug for ServerCredentials {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CredentialStatus {
     pub client_id: Option<String>,
+    /// How the client was obtained, when mcpgw registered it (`None` for a configured client
+    /// id or a client ID metadata document).
     pub registration: Option<RegistrationMethod>,
     pub issuer: Option<String>,
     pub scopes: Vec<String>,
@@ -512,30 +597,53 @@ impl ServerCredentials {
         &self.server
     }
 
-    pub async fn load(&self) -> Result<StoredOAuth, OAuthError> {
-        self.store.load(&self.server).await
+    /// The stored tokens and what they belong to.
+    pub async fn credentials(&self) -> Result<Option<StoredCredentials>, OAuthError> {
+        self.store.credentials(&self.server).await
+    }
+
+    /// The key registrations are stored under for an authorisation server whose metadata says
+    /// `issuer`. One without an issuer (the 2025-03-26 default endpoints) gets a key of this
+    /// server's own: nothing proves two such servers share an authorisation server, and
+    /// offering one's client (and its secret) to the other is what SEP-2352 forbids.
+    pub fn issuer_key(&self, issuer: Option<&str>) -> String {
+        match issuer {
+            Some(issuer) => issuer.to_owned(),
+            None => format!("mcpgw:server:{}", self.server),
+        }
+    }
+
+    /// The stored registration of the client `credentials` were issued to, if mcpgw
+    /// registered it.
+    pub async fn registration_of(
+        &self,
+        credentials: &StoredCredentials,
+    ) -> Result<Option<ClientRegistration>, OAuthError> {
+        let issuer = self.issuer_key(credentials.issuer.as_deref());
+        self.store
+            .registration_by_client_id(&issuer, &credentials.client_id)
+            .await
     }
 
     pub async fn status(&self) -> Result<CredentialStatus, OAuthError> {
-        let stored = self.load().await?;
+        let Some(credentials) = self.credentials().await? else {
+            return Ok(CredentialStatus::default());
+        };
+        let registration = self.registration_of(&credentials).await?;
         let mut status = CredentialStatus {
-            registration: stored.registration.as_ref().map(|r| r.method),
-            client_id: stored.registration.as_ref().map(|r| r.client_id.clone()),
-            issuer: stored.registration.as_ref().and_then(|r| r.issuer.clone()),
+            client_id: Some(credentials.client_id.clone()),
+            registration: registration.map(|r| r.method),
+            issuer: credentials.issuer.clone(),
+            scopes: credentials.granted_scopes.clone(),
             ..CredentialStatus::default()
         };
-        if let Some(credentials) = &stored.credentials {
-            status.client_id = Some(credentials.client_id.clone());
-            status.issuer = credentials.issuer.clone().or(status.issuer);
-            status.scopes = credentials.granted_scopes.clone();
-            if let Some(token) = &credentials.token_response {
-                status.has_access_token = true;
-                status.has_refresh_token = token.refresh_token().is_some();
-                status.expires_at = token
-                    .expires_in()
-                    .zip(credentials.token_received_at)
-                    .map(|(lifetime, at)| UNIX_EPOCH + Duration::from_secs(at) + lifetime);
-            }
+        if let Some(token) = &credentials.token_response {
+            status.has_access_token = true;
+            status.has_refresh_token = token.refresh_token().is_some();
+            status.expires_at = token
+                .expires_in()
+                .zip(credentials.token_received_at)
+                .map(|(lifetime, at)| UNIX_EPOCH + Duration::from_secs(at) + lifetime);
         }
         Ok(status)
     }
@@ -545,15 +653,25 @@ impl ServerCredentials {
         self.store.clear_credentials(&self.server).await
     }
 
-    /// Deletes the tokens and the client registration (`mcpgw auth logout`).
-    pub async fn forget_client(&self) -> Result<(), OAuthError> {
-        self.store.clear_all(&self.server).await
+    /// Deletes the tokens and the registration of the client they were issued to (`mcpgw auth
+    /// logout --forget-client`, or a client the authorisation server no longer accepts).
+    /// Returns the forgotten registration, if there was one.
+    pub async fn forget_client(&self) -> Result<Option<ClientRegistration>, OAuthError> {
+        let registration = match self.credentials().await? {
+            Some(credentials) => self.registration_of(&credentials).await?,
+            None => None,
+        };
+        if let Some(registration) = &registration {
+            self.store
+                .clear_registration(&registration.issuer, &registration.redirect_uri)
+                .await?;
+        }
+        self.forget_tokens().await?;
+        Ok(registration)
     }
 
     async fn save_registration(&self, registration: ClientRegistration) -> Result<(), OAuthError> {
-        self.store
-            .save_registration(&self.server, registration)
-            .await
+        self.store.save_registration(registration).await
     }
 
     fn for_rmcp(&self) -> RmcpCredentials {
@@ -567,7 +685,7 @@ struct RmcpCredentials(ServerCredentials);
 #[async_trait]
 impl CredentialStore for RmcpCredentials {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        Ok(self.0.load().await?.credentials)
+        Ok(self.0.credentials().await?)
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
@@ -771,12 +889,11 @@ pub async fn start_login(
         .unwrap_or(false);
     manager.set_metadata(resolution.metadata);
 
-    let stored = credentials.load().await?;
-    let granted = stored
-        .credentials
-        .as_ref()
+    let granted = credentials
+        .credentials()
+        .await?
         .filter(|c| c.token_response.is_some() && c.issuer == issuer)
-        .map(|c| c.granted_scopes.clone())
+        .map(|c| c.granted_scopes)
         .unwrap_or_default();
     let chosen = if settings.scopes.is_empty() {
         manager.select_scopes(None, &[])
@@ -793,9 +910,7 @@ pub async fn start_login(
     let mut request = AuthorizationRequest::new(settings.redirect_uri.clone())
         .with_client_name(settings.client_name.clone())
         .with_scopes(scopes.clone());
-    let reusable = stored
-        .registration
-        .filter(|r| r.issuer == issuer && r.redirect_uri == settings.redirect_uri);
+    let issuer_key = credentials.issuer_key(issuer.as_deref());
     if let Some(client_id) = &settings.client_id {
         request = request.with_preregistered_client(client_id.clone());
         if let Some(secret) = &settings.client_secret {
@@ -808,7 +923,11 @@ pub async fn start_login(
     {
         // rmcp uses the document URL as the client id (SEP-991).
         request = request.with_client_metadata_url(url.clone());
-    } else if let Some(registration) = reusable {
+    } else if let Some(registration) = credentials
+        .store
+        .registration(&issuer_key, &settings.redirect_uri)
+        .await?
+    {
         request = request.with_preregistered_client(registration.client_id.clone());
         if let Some(secret) = &registration.client_secret {
             request = request.with_client_secret(secret.expose_secret().to_owned());
@@ -825,7 +944,7 @@ pub async fn start_login(
             method: RegistrationMethod::Dynamic,
             client_id: registered.client_id.clone(),
             client_secret: registered.client_secret.clone().map(SecretString::from),
-            issuer: issuer.clone(),
+            issuer: issuer_key,
             redirect_uri: settings.redirect_uri.clone(),
             registered_at: now_epoch_secs(),
         };
@@ -996,9 +1115,10 @@ struct Shared {
 
 struct Manager {
     manager: AuthorizationManager,
-    /// Whether the manager knows the client (needed to refresh); set lazily once credentials
-    /// exist, because a client built before the login has none.
-    configured: bool,
+    /// The client the manager is set up to refresh for; set lazily once credentials exist,
+    /// because a client built before the login has none, and again when a login (perhaps in
+    /// another process) stored tokens of another client.
+    configured: Option<String>,
 }
 
 #[derive(Default)]
@@ -1035,7 +1155,7 @@ impl AuthorizedClient {
             settings: settings.clone(),
             manager: tokio::sync::Mutex::new(Manager {
                 manager,
-                configured: false,
+                configured: None,
             }),
             events: Mutex::new(Events::default()),
         });
@@ -1073,6 +1193,7 @@ impl AuthorizedClient {
     /// credentials, send unauthenticated. `Err`: a transient failure; the token is kept.
     async fn access_token(&self) -> Result<Option<String>, AuthError> {
         let mut guard = self.shared.manager.lock().await;
+        let started = now_epoch_secs();
         let mut error = match guard.manager.get_access_token().await {
             Ok(token) => {
                 lock(&self.shared.events).refresh_failure = None;
@@ -1083,39 +1204,51 @@ impl AuthorizedClient {
         if !self.shared.has_token().await {
             return Ok(None);
         }
-        // A refresh was due but the manager could not refresh yet (no client known when it was
-        // built, or discovery failed then): configure it now and ask again.
-        if !guard.configured {
-            match self.shared.configure(&mut guard).await {
-                Ok(true) => match guard.manager.get_access_token().await {
+        // A refresh was due but the manager could not refresh for these tokens (no client
+        // known when it was built, discovery failed then, or a new login stored another
+        // client's tokens): configure it now and ask again.
+        let before = guard.configured.clone();
+        match self.shared.configure(&mut guard).await {
+            Ok(true) if guard.configured != before => {
+                match guard.manager.get_access_token().await {
                     Ok(token) => {
                         lock(&self.shared.events).refresh_failure = None;
                         return Ok(Some(token));
                     }
                     Err(again) => error = again,
-                },
-                // rmcp dropped tokens minted by another issuer.
-                Ok(false) => return Ok(None),
-                Err(setup) => error = setup,
+                }
             }
+            Ok(true) => {}
+            // rmcp dropped tokens minted by another issuer.
+            Ok(false) => return Ok(None),
+            Err(setup) => error = setup,
         }
-        self.shared.refresh_failed(error).await.map(|()| None)
+        Ok(self
+            .shared
+            .refresh_failed(error, started, None)
+            .await?
+            .token())
     }
 
     /// After the server rejected `sent`: a token to retry with, or `None` when there is none.
     async fn token_after_rejection(&self, sent: &str) -> Result<Option<String>, AuthError> {
         let mut guard = self.shared.manager.lock().await;
+        let started = now_epoch_secs();
         match self.shared.stored_token().await? {
             // Someone refreshed while this request was in flight.
             Some(stored) if stored != sent => return Ok(Some(stored)),
             Some(_) => {}
             None => return Ok(None),
         }
-        if !guard.configured {
-            match self.shared.configure(&mut guard).await {
-                Ok(true) => {}
-                Ok(false) => return Ok(None),
-                Err(error) => return self.shared.refresh_failed(error).await.map(|()| None),
+        match self.shared.configure(&mut guard).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(error) => {
+                let settled = self
+                    .shared
+                    .refresh_failed(error, started, Some(sent))
+                    .await?;
+                return Ok(settled.token());
             }
         }
         match guard.manager.refresh_token().await {
@@ -1127,7 +1260,11 @@ impl AuthorizedClient {
                 );
                 Ok(Some(token.access_token().secret().to_owned()))
             }
-            Err(error) => self.shared.refresh_failed(error).await.map(|()| None),
+            Err(error) => Ok(self
+                .shared
+                .refresh_failed(error, started, Some(sent))
+                .await?
+                .token()),
         }
     }
 
@@ -1174,42 +1311,46 @@ impl AuthorizedClient {
 impl Shared {
     /// Tells the manager which client the stored tokens belong to (rmcp's
     /// `initialize_from_store`, which also drops tokens from another issuer), plus the client
-    /// secret rmcp does not store. Returns whether the manager can now refresh.
+    /// secret rmcp does not store. Returns whether the manager can now refresh. Does nothing
+    /// when it is already set up for the stored tokens' client.
     async fn configure(&self, guard: &mut Manager) -> Result<bool, AuthError> {
-        if guard.configured {
-            return Ok(true);
-        }
-        let stored = self.credentials.load().await?;
-        let Some(credentials) = stored.credentials.filter(|c| c.token_response.is_some()) else {
+        let stored = self.credentials.credentials().await?;
+        let Some(credentials) = stored.filter(|c| c.token_response.is_some()) else {
             return Ok(false);
         };
+        if guard.configured.as_deref() == Some(credentials.client_id.as_str()) {
+            return Ok(true);
+        }
+        guard.configured = None;
         if !guard.manager.initialize_from_store().await? {
             return Ok(false);
         }
         let secret = if self.settings.client_id.as_deref() == Some(credentials.client_id.as_str()) {
             self.settings.client_secret.clone()
         } else {
-            stored
-                .registration
-                .filter(|r| r.client_id == credentials.client_id)
+            self.credentials
+                .registration_of(&credentials)
+                .await?
                 .and_then(|r| r.client_secret)
         };
         if let Some(secret) = secret {
             guard.manager.configure_client(
-                OAuthClientConfig::new(credentials.client_id, self.settings.redirect_uri.clone())
-                    .with_client_secret(secret.expose_secret().to_owned()),
+                OAuthClientConfig::new(
+                    credentials.client_id.clone(),
+                    self.settings.redirect_uri.clone(),
+                )
+                .with_client_secret(secret.expose_secret().to_owned()),
             )?;
         }
-        guard.configured = true;
+        guard.configured = Some(credentials.client_id);
         Ok(true)
     }
 
     async fn stored_token(&self) -> Result<Option<String>, AuthError> {
         Ok(self
             .credentials
-            .load()
+            .credentials()
             .await?
-            .credentials
             .and_then(|c| c.token_response)
             .map(|t| t.access_token().secret().to_owned()))
     }
@@ -1218,11 +1359,35 @@ impl Shared {
         self.stored_token().await.is_ok_and(|t| t.is_some())
     }
 
-    /// Classifies, applies and records a failed refresh. `Ok`: the credentials are dead and the
-    /// request goes out without them. `Err`: transient, the request fails.
-    async fn refresh_failed(&self, error: AuthError) -> Result<(), AuthError> {
+    /// Classifies, applies and records a refresh that failed, having started at `started`
+    /// (unix seconds); `rejected` is the access token the server refused, if that is what
+    /// caused the refresh. `Err`: transient, the request fails and the tokens are kept.
+    ///
+    /// A refresh token is single-use with most servers, so when two processes sharing the
+    /// database (`mcpgw serve` and `mcpgw tools`) refresh at once, one is refused with
+    /// `invalid_grant`. Its tokens are not dead, they were replaced: tokens stored since the
+    /// refresh started (other than the one refused) are used rather than deleted.
+    async fn refresh_failed(
+        &self,
+        error: AuthError,
+        started: u64,
+        rejected: Option<&str>,
+    ) -> Result<Settled, AuthError> {
         let failure = classify_refresh_error(&error);
         let server = self.credentials.server();
+        if failure != RefreshFailure::Transient
+            && let Ok(Some(stored)) = self.credentials.credentials().await
+            && let Some(token) = &stored.token_response
+            && stored.token_received_at.is_some_and(|at| at >= started)
+            && rejected != Some(token.access_token().secret().as_str())
+        {
+            tracing::info!(
+                server,
+                "tokens were replaced while refreshing; using the new ones"
+            );
+            lock(&self.events).refresh_failure = None;
+            return Ok(Settled::Replaced(token.access_token().secret().to_owned()));
+        }
         tracing::warn!(server, ?failure, %error, "token refresh failed");
         if let Err(store_error) = failure.apply(&self.credentials).await {
             tracing::warn!(server, %store_error, "could not delete dead credentials");
@@ -1230,7 +1395,24 @@ impl Shared {
         lock(&self.events).refresh_failure = Some((failure, error.to_string()));
         match failure {
             RefreshFailure::Transient => Err(error),
-            RefreshFailure::Reauthorize | RefreshFailure::ClientRejected => Ok(()),
+            RefreshFailure::Reauthorize | RefreshFailure::ClientRejected => Ok(Settled::Dead),
+        }
+    }
+}
+
+/// What a refresh that failed for good leaves to send.
+enum Settled {
+    /// The credentials were dead and are deleted: the request goes out without a token.
+    Dead,
+    /// Another process stored newer tokens meanwhile: this access token.
+    Replaced(String),
+}
+
+impl Settled {
+    fn token(self) -> Option<String> {
+        match self {
+            Settled::Dead => None,
+            Settled::Replaced(token) => Some(token),
         }
     }
 }
@@ -1529,17 +1711,32 @@ mod tests {
         );
     }
 
+    /// Whether the registration at (`issuer`, the test redirect URI) and `server`'s tokens
+    /// are stored.
+    async fn stored(credentials: &ServerCredentials, issuer: &str) -> (bool, bool) {
+        let registration = credentials
+            .store
+            .registration(issuer, "http://127.0.0.1/cb")
+            .await
+            .expect("registration");
+        let tokens = credentials.credentials().await.expect("credentials");
+        (registration.is_some(), tokens.is_some())
+    }
+
     #[tokio::test]
     async fn refresh_failures_delete_only_what_is_dead() {
         let store: Arc<dyn OAuthStore> = Arc::new(MemoryOAuthStore::default());
         let credentials = ServerCredentials::new(store, "docs");
+        // Tokens without an issuer: their registration lives under the server's own key.
+        let issuer = credentials.issuer_key(None);
+        assert_eq!(issuer, "mcpgw:server:docs");
         let seed = || async {
             credentials
                 .save_registration(ClientRegistration {
                     method: RegistrationMethod::Dynamic,
                     client_id: "c1".into(),
                     client_secret: None,
-                    issuer: None,
+                    issuer: issuer.clone(),
                     redirect_uri: "http://127.0.0.1/cb".into(),
                     registered_at: 0,
                 })
@@ -1554,30 +1751,70 @@ mod tests {
                 .await
                 .expect("save credentials");
         };
-        let check = |stored: StoredOAuth, registration: bool, tokens: bool| {
-            assert_eq!(stored.registration.is_some(), registration);
-            assert_eq!(stored.credentials.is_some(), tokens);
-        };
 
         seed().await;
         RefreshFailure::Transient
             .apply(&credentials)
             .await
             .expect("apply");
-        check(credentials.load().await.expect("load"), true, true);
+        assert_eq!(stored(&credentials, &issuer).await, (true, true));
 
         RefreshFailure::Reauthorize
             .apply(&credentials)
             .await
             .expect("apply");
-        check(credentials.load().await.expect("load"), true, false);
+        assert_eq!(stored(&credentials, &issuer).await, (true, false));
 
         seed().await;
         RefreshFailure::ClientRejected
             .apply(&credentials)
             .await
             .expect("apply");
-        check(credentials.load().await.expect("load"), false, false);
+        assert_eq!(stored(&credentials, &issuer).await, (false, false));
+    }
+
+    #[tokio::test]
+    async fn registrations_are_shared_by_issuer_and_redirect_uri() {
+        let store: Arc<dyn OAuthStore> = Arc::new(MemoryOAuthStore::default());
+        let docs = ServerCredentials::new(store.clone(), "docs");
+        let wiki = ServerCredentials::new(store.clone(), "wiki");
+        let registration = |issuer: &str, client_id: &str| ClientRegistration {
+            method: RegistrationMethod::Dynamic,
+            client_id: client_id.into(),
+            client_secret: Some(SecretString::from("s")),
+            issuer: issuer.into(),
+            redirect_uri: "http://127.0.0.1/cb".into(),
+            registered_at: 0,
+        };
+        docs.save_registration(registration("https://as.example", "shared"))
+            .await
+            .expect("save");
+        // Another server of the same authorisation server finds it, with its secret.
+        let found = store
+            .registration(
+                &wiki.issuer_key(Some("https://as.example")),
+                "http://127.0.0.1/cb",
+            )
+            .await
+            .expect("load")
+            .expect("shared registration");
+        assert_eq!(found.client_id, "shared");
+        assert!(found.client_secret.is_some());
+        // Issuer-less servers never share one.
+        assert_ne!(docs.issuer_key(None), wiki.issuer_key(None));
+
+        // Tokens find their client by id, whatever its redirect URI.
+        let tokens = StoredCredentials::new("shared".into(), None, vec![], None)
+            .with_issuer(Some("https://as.example".into()));
+        assert!(wiki.registration_of(&tokens).await.expect("load").is_some());
+        let foreign = StoredCredentials::new("shared".into(), None, vec![], None)
+            .with_issuer(Some("https://other.example".into()));
+        assert!(
+            wiki.registration_of(&foreign)
+                .await
+                .expect("load")
+                .is_none()
+        );
     }
 
     fn login_state(created_at: u64) -> StoredAuthorizationState {
@@ -1694,7 +1931,7 @@ mod tests {
             method: RegistrationMethod::Dynamic,
             client_id: "c".into(),
             client_secret: Some(SecretString::from("hunter2")),
-            issuer: None,
+            issuer: "https://as.example".into(),
             redirect_uri: "http://127.0.0.1/cb".into(),
             registered_at: 0,
         };
@@ -1715,7 +1952,7 @@ mod tests {
             method: RegistrationMethod::Dynamic,
             client_id: "c".into(),
             client_secret: Some(SecretString::from("s3")),
-            issuer: Some("https://as.example".into()),
+            issuer: "https://as.example".into(),
             redirect_uri: "http://127.0.0.1/cb".into(),
             registered_at: 7,
         };
@@ -1725,7 +1962,7 @@ mod tests {
             back.client_secret.map(|s| s.expose_secret().to_owned()),
             Some("s3".into())
         );
-        assert_eq!(back.issuer.as_deref(), Some("https://as.example"));
+        assert_eq!(back.issuer, "https://as.example");
     }
 
     fn token_request(body: &str) -> oauth2::HttpRequest {
@@ -1882,13 +2119,25 @@ mod tests {
 
         /// Credentials for client `c1` holding access token `token`, received `age` ago.
         async fn seed(&self, credentials: &ServerCredentials, token: &str, age: Duration) {
+            self.seed_client(credentials, "c1", token, age).await
+        }
+
+        /// Credentials for client `client_id` holding access token `token`, received `age`
+        /// ago, and that client's registration.
+        async fn seed_client(
+            &self,
+            credentials: &ServerCredentials,
+            client_id: &str,
+            token: &str,
+            age: Duration,
+        ) {
             let response = serde_json::from_value(serde_json::json!({
                 "access_token": token, "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt",
             }))
             .expect("token response");
             let received = now_epoch_secs() - age.as_secs();
             let stored =
-                StoredCredentials::new("c1".into(), Some(response), vec![], Some(received))
+                StoredCredentials::new(client_id.into(), Some(response), vec![], Some(received))
                     .with_issuer(Some(self.issuer()));
             credentials
                 .store
@@ -1898,14 +2147,25 @@ mod tests {
             credentials
                 .save_registration(ClientRegistration {
                     method: RegistrationMethod::Dynamic,
-                    client_id: "c1".into(),
+                    client_id: client_id.into(),
                     client_secret: None,
-                    issuer: Some(self.issuer()),
+                    issuer: self.issuer(),
                     redirect_uri: "http://127.0.0.1:1/callback".into(),
                     registered_at: 0,
                 })
                 .await
                 .expect("seed registration");
+        }
+
+        /// Whether the seeded registration and any tokens are stored.
+        async fn stored(&self, credentials: &ServerCredentials) -> (bool, bool) {
+            let registration = credentials
+                .store
+                .registration(&self.issuer(), "http://127.0.0.1:1/callback")
+                .await
+                .expect("registration");
+            let tokens = credentials.credentials().await.expect("credentials");
+            (registration.is_some(), tokens.is_some())
         }
 
         fn refreshes(&self) -> usize {
@@ -1962,10 +2222,9 @@ mod tests {
         assert_eq!(ping_concurrently(&client, &fake.url, 8).await, 8);
         assert_eq!(fake.refreshes(), 1);
         let stored = credentials
-            .load()
+            .credentials()
             .await
             .expect("load")
-            .credentials
             .expect("credentials");
         let token = stored.token_response.expect("token");
         assert_eq!(token.access_token().secret(), "new");
@@ -1974,6 +2233,31 @@ mod tests {
             Some("rt"),
             "a refresh response without a refresh token keeps the old one"
         );
+    }
+
+    #[tokio::test]
+    async fn tokens_of_a_later_login_are_refreshed_for_their_own_client() {
+        let fake = fake("old").await;
+        let credentials = memory_credentials();
+        fake.seed(&credentials, "old", Duration::ZERO).await;
+        let client = fake.client(&credentials).await;
+        assert!(ping(&client, &fake.url).await.is_ok());
+
+        // Another process logs in again, as another client; its token is due for a refresh.
+        // Refreshing it as the client this one was set up for would fail and delete it.
+        fake.seed_client(&credentials, "c2", "old", Duration::from_secs(3600))
+            .await;
+        assert!(ping(&client, &fake.url).await.is_ok());
+        assert_eq!(fake.refreshes(), 1);
+        let stored = credentials
+            .credentials()
+            .await
+            .expect("load")
+            .expect("kept");
+        assert_eq!(stored.client_id, "c2");
+        let token = stored.token_response.expect("token");
+        assert_eq!(token.access_token().secret(), "new");
+        assert_eq!(client.last_refresh_failure(), None);
     }
 
     #[tokio::test]
@@ -2008,13 +2292,47 @@ mod tests {
             error.auth_challenge().is_some(),
             "the server's challenge comes back: {error}"
         );
-        let stored = credentials.load().await.expect("load");
-        assert!(stored.credentials.is_none());
-        assert!(stored.registration.is_some());
+        assert_eq!(fake.stored(&credentials).await, (true, false));
         assert_eq!(
             client.last_refresh_failure().map(|(f, _)| f),
             Some(RefreshFailure::Reauthorize)
         );
+    }
+
+    #[tokio::test]
+    async fn a_refresh_that_lost_to_another_process_uses_the_winners_tokens() {
+        let fake = fake("unused").await;
+        // Another process used the refresh token first: this refresh is refused.
+        *lock(&fake.answer) = (400, serde_json::json!({"error": "invalid_grant"}));
+        let credentials = memory_credentials();
+        fake.seed(&credentials, "old", Duration::from_secs(3600))
+            .await;
+        let client = fake.client(&credentials).await;
+        // While this refresh is in flight, the other process stores what it was given.
+        let other_process = async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            *lock(&fake.accepted) = "winner".into();
+            let token = serde_json::from_value(serde_json::json!({
+                "access_token": "winner", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt2",
+            }))
+            .expect("token response");
+            let stored =
+                StoredCredentials::new("c1".into(), Some(token), vec![], Some(now_epoch_secs()))
+                    .with_issuer(Some(fake.issuer()));
+            credentials.store.save_credentials("docs", stored).await
+        };
+        let (result, saved) = tokio::join!(ping(&client, &fake.url), other_process);
+        saved.expect("save");
+        assert_eq!(fake.refreshes(), 1);
+        assert!(result.is_ok(), "{:?}", result.err());
+        let stored = credentials
+            .credentials()
+            .await
+            .expect("load")
+            .expect("the winner's tokens are kept");
+        let token = stored.token_response.expect("token");
+        assert_eq!(token.access_token().secret(), "winner");
+        assert_eq!(client.last_refresh_failure(), None);
     }
 
     #[tokio::test]
@@ -2027,8 +2345,7 @@ mod tests {
         let client = fake.client(&credentials).await;
 
         assert!(ping(&client, &fake.url).await.is_err());
-        let stored = credentials.load().await.expect("load");
-        assert!(stored.credentials.is_none() && stored.registration.is_none());
+        assert_eq!(fake.stored(&credentials).await, (false, false));
         assert_eq!(
             client.last_refresh_failure().map(|(f, _)| f),
             Some(RefreshFailure::ClientRejected)
@@ -2047,12 +2364,8 @@ mod tests {
         let error = ping(&client, &fake.url).await.expect_err("refresh failed");
         assert!(matches!(error, StreamableHttpError::Auth(_)), "{error}");
         assert!(error.auth_challenge().is_none(), "no login prompt");
-        let stored = credentials.load().await.expect("load");
-        assert!(
-            stored
-                .credentials
-                .is_some_and(|c| c.token_response.is_some())
-        );
+        let stored = credentials.credentials().await.expect("load");
+        assert!(stored.is_some_and(|c| c.token_response.is_some()));
         assert_eq!(
             client.last_refresh_failure().map(|(f, _)| f),
             Some(RefreshFailure::Transient)
@@ -2093,11 +2406,15 @@ mod tests {
         assert_eq!(param("resource").as_deref(), Some(fake.url.as_str()));
         let state = param("state").expect("state");
         assert!(states.load(&state).await.expect("load").is_some());
-        let registration = credentials.load().await.expect("load").registration;
-        let registration = registration.expect("dynamic registration stored");
+        let registration = credentials
+            .store
+            .registration(&fake.issuer(), "http://127.0.0.1:1/callback")
+            .await
+            .expect("load")
+            .expect("dynamic registration stored");
         assert_eq!(registration.client_id, "dyn-1");
         assert!(registration.client_secret.is_some());
-        assert_eq!(registration.issuer, Some(fake.issuer()));
+        assert_eq!(registration.issuer, fake.issuer());
 
         let forged = LoginCallback::Code {
             code: "c".into(),

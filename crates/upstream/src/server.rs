@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use crate::{
     ToolsChanged, UpstreamError,
     connect::{self, Connected, Session, UpstreamClient},
+    oauth::{AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthSettings, OAuthStore, ServerCredentials},
 };
 
 /// Most pages fetched for one `tools/list`; real servers have been seen returning a cursor that
@@ -68,6 +69,12 @@ struct Live {
 pub struct Server {
     config: config::ServerConfig,
     handler: UpstreamClient,
+    /// Where an `oauth` server's tokens are kept; `None` when the database could not be opened.
+    oauth_store: Option<Arc<dyn OAuthStore>>,
+    /// An `oauth` server's client, made on first connect and kept across reconnects, so that
+    /// its refresh serialisation and what it learnt (the last challenge, the last refresh
+    /// failure) outlive any one session.
+    authorized: Mutex<Option<AuthorizedClient>>,
     /// Serialises (re)connects so concurrent callers share one new session.
     connect_lock: tokio::sync::Mutex<()>,
     live: Mutex<Option<Live>>,
@@ -79,11 +86,14 @@ impl Server {
     pub(crate) fn new(
         config: config::ServerConfig,
         changes: mpsc::UnboundedSender<ToolsChanged>,
+        oauth_store: Option<Arc<dyn OAuthStore>>,
     ) -> Self {
         let name = config.name.to_string();
         Self {
             handler: UpstreamClient::new(name.clone(), changes),
             config,
+            oauth_store,
+            authorized: Mutex::new(None),
             connect_lock: tokio::sync::Mutex::new(()),
             live: Mutex::new(None),
             status: Mutex::new(ServerStatus {
@@ -206,9 +216,22 @@ impl Server {
                     if error.session_lost() {
                         self.drop_session(&session).await;
                     }
+                    // Refused credentials make the server unusable although the session lives
+                    // on: say so in its state (`/healthz`, `servers list`), and let the
+                    // background retry notice when a new login makes it work again.
+                    if error.is_auth_failure() {
+                        self.set_state(ServerState::Failed {
+                            reason: error.to_string(),
+                        });
+                    }
                     return Err(error);
                 }
-                Ok(value) => return Ok(value),
+                Ok(value) => {
+                    if matches!(lock(&self.status).state, ServerState::Failed { .. }) {
+                        self.set_state(ServerState::Ready);
+                    }
+                    return Ok(value);
+                }
             }
         }
     }
@@ -231,17 +254,24 @@ impl Server {
         let started = Instant::now();
         let known_era = lock(&self.status).era;
         let timeout = self.config.timeout;
-        let result = tokio::time::timeout(
-            timeout,
-            connect::connect(&self.config, self.handler.clone(), known_era),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(UpstreamError::Timeout {
-                server: self.name().to_owned(),
-                after: timeout,
-            })
-        });
+        let connecting = async {
+            let oauth = self.authorized_client().await?;
+            connect::connect(
+                &self.config,
+                self.handler.clone(),
+                known_era,
+                oauth.as_ref(),
+            )
+            .await
+        };
+        let result = tokio::time::timeout(timeout, connecting)
+            .await
+            .unwrap_or_else(|_| {
+                Err(UpstreamError::Timeout {
+                    server: self.name().to_owned(),
+                    after: timeout,
+                })
+            });
         let connected: Connected = match result {
             Ok(connected) => connected,
             Err(error) => {
@@ -272,6 +302,46 @@ impl Server {
             session: session.clone(),
         });
         Ok(session)
+    }
+
+    /// The client of a server configured for OAuth, made on first use; `None` for any other
+    /// server. Called with the connect lock held, so it is made once.
+    async fn authorized_client(&self) -> Result<Option<AuthorizedClient>, UpstreamError> {
+        let config::Auth::OAuth(oauth) = &self.config.auth else {
+            return Ok(None);
+        };
+        if let Some(client) = lock(&self.authorized).clone() {
+            return Ok(Some(client));
+        }
+        let server = self.name();
+        let unavailable = |reason: String| UpstreamError::OAuthUnavailable {
+            server: server.to_owned(),
+            reason,
+        };
+        // Configuration validation refuses oauth on anything but Streamable HTTP.
+        let config::Transport::Http(http) = &self.config.transport else {
+            return Err(unavailable(
+                "OAuth needs the Streamable HTTP transport".to_owned(),
+            ));
+        };
+        let store = self.oauth_store.clone().ok_or_else(|| {
+            unavailable(
+                "the database that keeps its tokens could not be opened (see the warning at startup)"
+                    .to_owned(),
+            )
+        })?;
+        let settings = OAuthSettings::from_config(server, oauth, DEFAULT_REDIRECT_URI)
+            .map_err(|e| unavailable(e.to_string()))?;
+        let client = AuthorizedClient::new(
+            http.url.as_str(),
+            &settings,
+            ServerCredentials::new(store, server),
+            connect::http_client(),
+        )
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+        *lock(&self.authorized) = Some(client.clone());
+        Ok(Some(client))
     }
 
     fn current_open(&self) -> Option<Arc<Session>> {
@@ -316,11 +386,11 @@ impl Server {
                 reason: "transport closed".to_owned(),
             },
             ServiceError::TransportSend(e) => {
-                // A 401 mid-session (token revoked or expired) says what to do about it.
-                if let Some(unauthorized) =
-                    crate::connect::unauthorized(&self.config, e.error.as_ref())
+                // A 401 mid-session (token revoked or expired) or a failed token refresh says
+                // what to do about it.
+                if let Some(failure) = crate::connect::auth_failure(&self.config, e.error.as_ref())
                 {
-                    return unauthorized;
+                    return failure;
                 }
                 let reason = e.error.to_string();
                 if reason.contains("closed")

@@ -7,5 +7,6 @@ mod clients;
 mod faults;
 mod harness;
 mod naming;
+mod oauth;
 mod search;
 mod upstreams;

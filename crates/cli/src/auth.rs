@@ -1,0 +1,587 @@
+//! `mcpgw auth`: signing in to upstream servers configured for OAuth, and what is stored.
+//!
+//! `login` runs the authorization-code flow with a loopback redirect (RFC 8252): it listens on
+//! 127.0.0.1, prints the authorization URL (and opens it when asked to and able), waits for
+//! the browser to come back with the code, and exchanges it. Tokens go to the store, sealed,
+//! for the local principal; the gateway reads them from there. Nothing here prints or logs a
+//! token, the code, or a client secret.
+
+use std::{
+    io::IsTerminal,
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr},
+    path::Path,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, anyhow};
+use gateway::oauth::StoreOAuth;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::mpsc,
+};
+use upstream::oauth::{
+    CredentialStatus, LOGIN_TTL, LoginCallback, MemoryLoginStates, OAuthSettings, OAuthStore,
+    ServerCredentials, StateStore, finish_login, start_login,
+};
+use url::Url;
+
+use crate::{Failure, command::load_config};
+
+/// The path mcpgw's own redirect URI uses when the configuration names none.
+const CALLBACK_PATH: &str = "/callback";
+/// Longest request head read from the browser; a callback URL is far shorter.
+const MAX_REQUEST_HEAD: usize = 16 * 1024;
+/// How long a browser connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) async fn login(
+    config_path: Option<&Path>,
+    name: &str,
+    no_browser: bool,
+    port: Option<u16>,
+) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let (server_url, oauth) = oauth_server(&config, name)?;
+    let (listener, redirect_uri) = callback_listener(oauth.redirect_uri.as_ref(), port).await?;
+    let store = open_store(&config).await?;
+    let credentials = ServerCredentials::new(store, name);
+    let settings = OAuthSettings::from_config(name, oauth, redirect_uri.as_str())
+        .map_err(|e| anyhow!("{e}"))?;
+    // The login starts and finishes in this process: its state need not outlive it.
+    let states: Arc<dyn StateStore> = Arc::new(MemoryLoginStates::default());
+    let (authorization_url, pending) =
+        start_login(server_url.as_str(), &settings, &credentials, states, None)
+            .await
+            .with_context(|| format!("cannot start the sign-in to '{name}'"))?;
+    let state = query_param(&authorization_url, "state")
+        .ok_or_else(|| anyhow!("the authorization URL carries no state"))?;
+
+    eprintln!(
+        "Sign in to '{name}' in your browser:\n\n  {authorization_url}\n\nWaiting up to {} minutes for the browser to come back to {redirect_uri} ...",
+        LOGIN_TTL.as_secs() / 60
+    );
+    if !no_browser && std::io::stdout().is_terminal() {
+        open_browser(&authorization_url);
+    }
+
+    let mut callbacks = serve_callbacks(listener, redirect_uri.clone(), state);
+    let mut callback = tokio::time::timeout(LOGIN_TTL, callbacks.recv())
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "no sign-in arrived within {} minutes; run `mcpgw auth login {name}` again",
+                LOGIN_TTL.as_secs() / 60
+            )
+        })?
+        .ok_or_else(|| anyhow!("the callback listener stopped"))?;
+    let url = std::mem::take(&mut callback.url);
+    let outcome = finish_login(pending, LoginCallback::Url(url)).await;
+    callback.answer(name, outcome.is_ok()).await;
+    let outcome = outcome.with_context(|| format!("sign-in to '{name}' failed"))?;
+
+    let scopes = if outcome.scopes.is_empty() {
+        "none".to_owned()
+    } else {
+        outcome.scopes.join(" ")
+    };
+    let expiry = match outcome.expires_in {
+        Some(lifetime) => format!("access token expires in {}", duration_words(lifetime)),
+        None => "access token expiry not given".to_owned(),
+    };
+    let refresh = if outcome.has_refresh_token {
+        "refreshed automatically"
+    } else {
+        "no refresh token: sign in again when it expires"
+    };
+    println!(
+        "signed in to '{name}': client {}, scopes {scopes}, {expiry}, {refresh}",
+        outcome.client_id
+    );
+    Ok(())
+}
+
+pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let servers: Vec<&config::ServerConfig> = config
+        .servers
+        .iter()
+        .filter(|s| matches!(s.auth, config::Auth::OAuth(_)))
+        .collect();
+    if servers.is_empty() {
+        if json {
+            println!("[]");
+        } else {
+            println!("no server is configured for OAuth (auth = {{ type = \"oauth\" }})");
+        }
+        return Ok(());
+    }
+    let store = open_store(&config).await?;
+    let mut rows = Vec::new();
+    for server in servers {
+        let name = server.name.as_str();
+        let status = ServerCredentials::new(store.clone(), name)
+            .status()
+            .await
+            .with_context(|| format!("cannot read the sign-in of '{name}'"))?;
+        rows.push((name, status));
+    }
+    if json {
+        let rows: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, status)| status_json(name, status))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("{}", status_table(&rows));
+    }
+    Ok(())
+}
+
+pub(crate) async fn logout(
+    config_path: Option<&Path>,
+    name: &str,
+    forget_client: bool,
+) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let store = open_store(&config).await?;
+    let credentials = ServerCredentials::new(store, name);
+    let stored = credentials
+        .credentials()
+        .await
+        .context("cannot read the stored sign-in")?;
+    let configured = config
+        .server(name)
+        .is_some_and(|s| matches!(s.auth, config::Auth::OAuth(_)));
+    // A server removed from the configuration can still be signed out of.
+    if stored.is_none() && !configured {
+        return Err(Failure::usage(anyhow!(
+            "no server named '{name}' is configured for OAuth, and nothing is stored for it"
+        )));
+    }
+    if stored.is_none() {
+        println!("'{name}' has no stored sign-in");
+        return Ok(());
+    }
+    if forget_client {
+        let forgotten = credentials
+            .forget_client()
+            .await
+            .context("cannot delete the sign-in")?;
+        match forgotten {
+            Some(registration) => println!(
+                "signed out of '{name}' and forgot client {} registered with {}",
+                registration.client_id, registration.issuer
+            ),
+            None => println!(
+                "signed out of '{name}' (its client was not registered by mcpgw: nothing else to forget)"
+            ),
+        }
+    } else {
+        credentials
+            .forget_tokens()
+            .await
+            .context("cannot delete the sign-in")?;
+        println!("signed out of '{name}'");
+    }
+    Ok(())
+}
+
+/// The URL and OAuth settings of server `name`, which must be an `http` server configured for
+/// OAuth.
+fn oauth_server<'a>(
+    config: &'a config::Config,
+    name: &str,
+) -> Result<(&'a Url, &'a config::OAuthConfig), Failure> {
+    let Some(server) = config.server(name) else {
+        let known: Vec<&str> = config
+            .servers
+            .iter()
+            .filter(|s| matches!(s.auth, config::Auth::OAuth(_)))
+            .map(|s| s.name.as_str())
+            .collect();
+        let known = if known.is_empty() {
+            "none is".to_owned()
+        } else {
+            format!("configured for OAuth: {}", known.join(", "))
+        };
+        return Err(Failure::usage(anyhow!(
+            "no server named '{name}' ({known})"
+        )));
+    };
+    let config::Auth::OAuth(oauth) = &server.auth else {
+        return Err(Failure::usage(anyhow!(
+            "server '{name}' is not configured for OAuth (hint: give it auth = {{ type = \"oauth\" }})"
+        )));
+    };
+    // Validation allows oauth only on Streamable HTTP.
+    let config::Transport::Http(http) = &server.transport else {
+        return Err(Failure::usage(anyhow!(
+            "server '{name}' does not use the http transport, which OAuth needs"
+        )));
+    };
+    Ok((&http.url, oauth))
+}
+
+async fn open_store(config: &config::Config) -> Result<Arc<dyn OAuthStore>, Failure> {
+    let store = StoreOAuth::open_local(&config.store)
+        .await
+        .context("the database that keeps sign-ins cannot be opened")?;
+    Ok(store)
+}
+
+/// Listens for the browser's return: on the configured redirect URI's port, else on `port`,
+/// else on one the system picks. Returns the listener and the redirect URI it serves.
+async fn callback_listener(
+    configured: Option<&Url>,
+    port: Option<u16>,
+) -> Result<(TcpListener, Url), Failure> {
+    let (addr, redirect_uri) = match configured {
+        Some(url) => {
+            // Validation guarantees http, a loopback host and an explicit port.
+            let configured_port = url.port().unwrap_or(80);
+            if let Some(port) = port.filter(|p| *p != configured_port) {
+                return Err(Failure::usage(anyhow!(
+                    "--port {port} differs from the port of the configured redirect_uri {url}; leave --port out"
+                )));
+            }
+            let ip = match url.host() {
+                Some(url::Host::Ipv6(_)) => Ipv6Addr::LOCALHOST.into(),
+                _ => Ipv4Addr::LOCALHOST.into(),
+            };
+            (SocketAddr::new(ip, configured_port), url.clone())
+        }
+        None => (
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port.unwrap_or(0)),
+            // Replaced below once the port is known.
+            Url::parse("http://127.0.0.1/").map_err(|e| anyhow!(e))?,
+        ),
+    };
+    let listener = TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen on {addr} for the browser's return (hint: pick another port with --port)"
+        )
+    })?;
+    let redirect_uri = if configured.is_some() {
+        redirect_uri
+    } else {
+        let port = listener.local_addr()?.port();
+        Url::parse(&format!("http://127.0.0.1:{port}{CALLBACK_PATH}")).map_err(|e| anyhow!(e))?
+    };
+    Ok((listener, redirect_uri))
+}
+
+/// The browser's return to the redirect URI, holding its connection until it is answered.
+struct Callback {
+    /// The full redirect URL, with the code: never printed or logged.
+    url: String,
+    stream: TcpStream,
+}
+
+impl Callback {
+    /// Tells the browser how it went; the details are in the terminal.
+    async fn answer(mut self, server: &str, ok: bool) {
+        // Server names are [A-Za-z0-9_-]: nothing to escape.
+        let (status, text) = if ok {
+            (
+                "200 OK",
+                format!("Signed in to '{server}'. You can close this tab."),
+            )
+        } else {
+            (
+                "400 Bad Request",
+                format!(
+                    "Signing in to '{server}' failed; the terminal says why. You can close this tab."
+                ),
+            )
+        };
+        let _ = respond(&mut self.stream, status, &text).await;
+    }
+}
+
+/// Accepts browser connections in the background and passes on each that carries the
+/// redirect for this login (its path, and `state`); everything else is answered and ignored,
+/// so a stray request (a favicon, a stale tab, a forged callback) cannot end the login.
+fn serve_callbacks(
+    listener: TcpListener,
+    redirect_uri: Url,
+    state: String,
+) -> mpsc::Receiver<Callback> {
+    let (found, callbacks) = mpsc::channel(1);
+    let expected = Arc::new((redirect_uri, state));
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                // Out of file descriptors and the like: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let (sender, expected) = (found.clone(), expected.clone());
+            // One task per connection: a browser's idle pre-connection must not hold up the
+            // one carrying the code.
+            tokio::spawn(async move {
+                let (redirect_uri, state) = &*expected;
+                if let Some(callback) = read_callback(stream, redirect_uri, state).await {
+                    let _ = sender.send(callback).await;
+                }
+            });
+            if found.is_closed() {
+                return;
+            }
+        }
+    });
+    callbacks
+}
+
+async fn read_callback(mut stream: TcpStream, redirect_uri: &Url, state: &str) -> Option<Callback> {
+    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
+        .await
+        .ok()??;
+    // `GET /callback?code=...&state=... HTTP/1.1`
+    let mut parts = head.lines().next()?.split(' ');
+    let (method, target) = (parts.next()?, parts.next()?);
+    let url = redirect_uri.join(target).ok()?;
+    if method != "GET" || url.path() != redirect_uri.path() {
+        let _ = respond(&mut stream, "404 Not Found", "Not found.").await;
+        return None;
+    }
+    let sent_state = url
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned());
+    if sent_state.as_deref() != Some(state) {
+        let _ = respond(
+            &mut stream,
+            "400 Bad Request",
+            "This is not the sign-in mcpgw is waiting for. Start it again with `mcpgw auth login`.",
+        )
+        .await;
+        return None;
+    }
+    Some(Callback {
+        url: url.into(),
+        stream,
+    })
+}
+
+/// The request line and headers, up to the blank line; `None` for anything unreadable.
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let read = stream.read(&mut buffer).await.ok()?;
+        if read == 0 || head.len() + read > MAX_REQUEST_HEAD {
+            return None;
+        }
+        head.extend_from_slice(&buffer[..read]);
+    }
+    String::from_utf8(head).ok()
+}
+
+async fn respond(stream: &mut TcpStream, status: &str, text: &str) -> std::io::Result<()> {
+    let body = format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcpgw</title></head>\n<body><p>{text}</p></body></html>\n"
+    );
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Asks the desktop to open `url`. Best effort: the URL is printed anyway.
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let spawned = tokio::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    match spawned {
+        // Reaped in the background; its exit status changes nothing.
+        Ok(mut child) => {
+            tokio::spawn(async move { child.wait().await });
+        }
+        Err(error) => tracing::debug!(opener, %error, "could not open a browser"),
+    }
+}
+
+fn query_param(url: &str, name: &str) -> Option<String> {
+    Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+fn unix_seconds(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+fn status_json(name: &str, status: &CredentialStatus) -> serde_json::Value {
+    let now = unix_seconds(SystemTime::now());
+    let expires_at = status.expires_at.map(unix_seconds);
+    serde_json::json!({
+        "server": name,
+        "logged_in": status.logged_in(),
+        "issuer": status.issuer,
+        "client_id": status.client_id,
+        "registration": status.registration,
+        "scopes": status.scopes,
+        "has_refresh_token": status.has_refresh_token,
+        "expires_at": expires_at,
+        "expires_in_s": expires_at.map(|at| at - now),
+    })
+}
+
+fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {
+    let mut table = crate::render::table();
+    table.set_header([
+        "server",
+        "state",
+        "issuer",
+        "client",
+        "scopes",
+        "access token",
+    ]);
+    let now = SystemTime::now();
+    for (name, status) in rows {
+        let state = if status.logged_in() {
+            "signed in"
+        } else {
+            "signed out"
+        };
+        let expiry = match status.expires_at {
+            _ if !status.logged_in() => "-".to_owned(),
+            None => "no expiry given".to_owned(),
+            Some(at) => match at.duration_since(now) {
+                Ok(left) => format!("expires in {}", duration_words(left)),
+                Err(_) if status.has_refresh_token => "expired, refreshed on next use".to_owned(),
+                Err(_) => "expired".to_owned(),
+            },
+        };
+        table.add_row([
+            (*name).to_owned(),
+            state.to_owned(),
+            status.issuer.clone().unwrap_or_else(|| "-".to_owned()),
+            status.client_id.clone().unwrap_or_else(|| "-".to_owned()),
+            if status.scopes.is_empty() {
+                "-".to_owned()
+            } else {
+                status.scopes.join(" ")
+            },
+            expiry,
+        ]);
+    }
+    table
+}
+
+/// `3 s`, `59 min`, `2 h 5 min`, `3 d`.
+fn duration_words(duration: Duration) -> String {
+    let s = duration.as_secs();
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_words() {
+        let check =
+            |s: u64, expect: &str| assert_eq!(duration_words(Duration::from_secs(s)), expect);
+        check(3, "3 s");
+        check(119, "119 s");
+        check(3600, "60 min");
+        check(7260, "2 h 1 min");
+        check(400_000, "4 d");
+    }
+
+    #[tokio::test]
+    async fn only_the_redirect_with_this_logins_state_is_taken() {
+        let (listener, redirect_uri) = callback_listener(None, None).await.ok().expect("listen");
+        assert_eq!(redirect_uri.path(), CALLBACK_PATH);
+        let port = redirect_uri.port().expect("port");
+        let mut callbacks = serve_callbacks(listener, redirect_uri.clone(), "s-1".into());
+
+        let get = |target: &'static str| async move {
+            let mut stream = TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect");
+            stream
+                .write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .expect("write");
+            stream
+        };
+        let status_line = |mut stream: TcpStream| async move {
+            let mut text = String::new();
+            let _ = stream.read_to_string(&mut text).await;
+            text.lines().next().unwrap_or_default().to_owned()
+        };
+        // An idle connection (a browser's pre-connection) holds nothing up.
+        let _idle = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        assert_eq!(
+            status_line(get("/favicon.ico").await).await,
+            "HTTP/1.1 404 Not Found"
+        );
+        assert_eq!(
+            status_line(get("/callback?code=c&state=forged").await).await,
+            "HTTP/1.1 400 Bad Request"
+        );
+        let browser = get("/callback?code=the-code&state=s-1&iss=x").await;
+        let callback = tokio::time::timeout(Duration::from_secs(5), callbacks.recv())
+            .await
+            .expect("in time")
+            .expect("a callback");
+        assert_eq!(
+            callback.url,
+            format!("http://127.0.0.1:{port}/callback?code=the-code&state=s-1&iss=x")
+        );
+        callback.answer("docs", true).await;
+        let mut page = String::new();
+        let mut browser = browser;
+        let _ = browser.read_to_string(&mut page).await;
+        assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+        assert!(page.contains("You can close this tab"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn a_configured_redirect_uri_fixes_the_port() {
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            probe.local_addr().expect("addr").port()
+        };
+        let configured = Url::parse(&format!("http://127.0.0.1:{port}/oauth/cb")).expect("url");
+        let (listener, redirect_uri) = callback_listener(Some(&configured), Some(port))
+            .await
+            .ok()
+            .expect("listen");
+        assert_eq!(redirect_uri, configured);
+        assert_eq!(listener.local_addr().expect("addr").port(), port);
+        drop(listener);
+        assert!(
+            callback_listener(Some(&configured), Some(port.wrapping_add(1)))
+                .await
+                .is_err(),
+            "--port cannot contradict the configuration"
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! The upstream OAuth client's persistence over the store: [`StoreOAuth`].
+//!
+//! Tokens are kept per (server, principal), each principal seeing the store through its own
+//! [`StoreOAuth`]; client registrations per (issuer, redirect URI), shared by every server and
+//! principal of that authorization server. Everything secret is sealed by the store (tokens,
+//! client secrets); the plain columns hold the issuer, the expiry and the registration's public
+//! metadata, so `mcpgw auth status` could be shown without the key.
+//!
+//! The store crate knows nothing of OAuth libraries, so this adapter lives here, where both
+//! are in reach: rmcp's credential record is serialised as the store's opaque document.
+
+use std::{
+    sync::{Arc, LazyLock},
+    time::{Duration, UNIX_EPOCH},
+};
+
+use async_trait::async_trait;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use store::Store;
+use upstream::oauth::{
+    ClientRegistration, CredentialRefreshGuard, OAuthError, OAuthStore, RefreshLocks,
+    RegistrationMethod, StoredCredentials, TokenResponse,
+};
+
+/// Whose credentials these are. A gateway shared by several people will keep one set of tokens
+/// per user; until downstream identity exists, everything belongs to [`Principal::local`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Principal(String);
+
+impl Principal {
+    /// The person running mcpgw on this machine.
+    pub fn local() -> Self {
+        Self("local".to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// [`OAuthStore`] over the gateway's SQLite store, for one principal.
+#[derive(Clone)]
+pub struct StoreOAuth {
+    store: Store,
+    principal: Principal,
+}
+
+/// Refreshes are serialised per (server, principal) in this process: one gateway may hold
+/// several [`StoreOAuth`]s on one database. Another process sharing the database is not
+/// coordinated with; the OAuth client copes with losing that race (see `upstream::oauth`).
+static REFRESH_LOCKS: LazyLock<RefreshLocks> = LazyLock::new(RefreshLocks::default);
+
+impl StoreOAuth {
+    pub fn new(store: Store, principal: Principal) -> Self {
+        Self { store, principal }
+    }
+
+    /// The store for the local user, as the trait object the upstream client takes.
+    pub fn local(store: Store) -> Arc<dyn OAuthStore> {
+        Arc::new(Self::new(store, Principal::local()))
+    }
+
+    /// Opens the configured database for the local user (`mcpgw auth`), failing rather than
+    /// running without it as the gateway does.
+    pub async fn open_local(
+        config: &config::StoreConfig,
+    ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
+        let store = Store::open(&crate::store_path(config)).await?;
+        Ok(Self::local(store))
+    }
+
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+}
+
+/// The plain part of a registration as stored (`oauth_clients.metadata`): never a secret.
+#[derive(Serialize, Deserialize)]
+struct RegistrationMetadata {
+    method: RegistrationMethod,
+    registered_at: u64,
+}
+
+fn store_error(error: store::StoreError) -> OAuthError {
+    OAuthError::Store(error.to_string())
+}
+
+fn registration_from(
+    issuer: &str,
+    redirect_uri: String,
+    stored: store::ClientRegistration,
+) -> ClientRegistration {
+    // Metadata that does not decode (written by a later version) still leaves a usable client.
+    let metadata: Option<RegistrationMetadata> = serde_json::from_str(&stored.metadata).ok();
+    ClientRegistration {
+        method: metadata
+            .as_ref()
+            .map_or(RegistrationMethod::Dynamic, |m| m.method),
+        client_id: stored.client_id,
+        client_secret: stored.client_secret,
+        issuer: issuer.to_owned(),
+        redirect_uri,
+        registered_at: metadata.map_or(0, |m| m.registered_at),
+    }
+}
+
+#[async_trait]
+impl OAuthStore for StoreOAuth {
+    async fn credentials(&self, server: &str) -> Result<Option<StoredCredentials>, OAuthError> {
+        let found = self
+            .store
+            .credentials(server, self.principal.as_str())
+            .await
+            .map_err(store_error)?;
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        match serde_json::from_str(found.document.expose_secret()) {
+            Ok(credentials) => Ok(Some(credentials)),
+            // The store's invariant: a value that does not decode is absent. The error names
+            // no part of the document (serde's message can quote it).
+            Err(_) => {
+                tracing::warn!(
+                    server,
+                    principal = self.principal.as_str(),
+                    "stored OAuth credentials do not decode; ignoring them (log in again)"
+                );
+                Ok(None)
+            }
+        }
+    }
+
+    async fn save_credentials(
+        &self,
+        server: &str,
+        credentials: StoredCredentials,
+    ) -> Result<(), OAuthError> {
+        let expires_at = credentials
+            .token_response
+            .as_ref()
+            .and_then(TokenResponse::expires_in)
+            .zip(credentials.token_received_at)
+            .map(|(lifetime, at)| UNIX_EPOCH + Duration::from_secs(at) + lifetime);
+        let document = serde_json::to_string(&credentials)
+            .map_err(|_| OAuthError::Store("cannot serialise the credentials".to_owned()))?;
+        let record = store::Credentials {
+            issuer: credentials.issuer.clone().unwrap_or_default(),
+            document: SecretString::from(document),
+            expires_at,
+        };
+        self.store
+            .put_credentials(server, self.principal.as_str(), &record)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn clear_credentials(&self, server: &str) -> Result<(), OAuthError> {
+        self.store
+            .delete_credentials(server, self.principal.as_str())
+            .await
+            .map(drop)
+            .map_err(store_error)
+    }
+
+    async fn registration(
+        &self,
+        issuer: &str,
+        redirect_uri: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError> {
+        let found = self
+            .store
+            .client_registration(issuer, redirect_uri)
+            .await
+            .map_err(store_error)?;
+        Ok(found.map(|stored| registration_from(issuer, redirect_uri.to_owned(), stored)))
+    }
+
+    async fn registration_by_client_id(
+        &self,
+        issuer: &str,
+        client_id: &str,
+    ) -> Result<Option<ClientRegistration>, OAuthError> {
+        let found = self
+            .store
+            .find_client_registration(issuer, client_id)
+            .await
+            .map_err(store_error)?;
+        Ok(found.map(|(redirect_uri, stored)| registration_from(issuer, redirect_uri, stored)))
+    }
+
+    async fn save_registration(&self, registration: ClientRegistration) -> Result<(), OAuthError> {
+        let metadata = serde_json::to_string(&RegistrationMetadata {
+            method: registration.method,
+            registered_at: registration.registered_at,
+        })
+        .map_err(|_| OAuthError::Store("cannot serialise the registration".to_owned()))?;
+        let stored = store::ClientRegistration {
+            client_id: registration.client_id,
+            client_secret: registration.client_secret,
+            metadata,
+        };
+        self.store
+            .put_client_registration(&registration.issuer, &registration.redirect_uri, &stored)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn clear_registration(&self, issuer: &str, redirect_uri: &str) -> Result<(), OAuthError> {
+        self.store
+            .delete_client_registration(issuer, redirect_uri)
+            .await
+            .map(drop)
+            .map_err(store_error)
+    }
+
+    async fn refresh_guard(
+        &self,
+        server: &str,
+    ) -> Result<Option<CredentialRefreshGuard>, OAuthError> {
+        // NUL cannot occur in a server name or principal: the key is unambiguous.
+        let key = format!("{server}\0{}", self.principal.as_str());
+        Ok(Some(REFRESH_LOCKS.acquire(&key).await))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use upstream::oauth::{OAuthTokenResponse, ServerCredentials};
+
+    use super::*;
+
+    const ISSUER: &str = "https://as.example";
+
+    fn token(access: &str) -> OAuthTokenResponse {
+        serde_json::from_value(serde_json::json!({
+            "access_token": access, "token_type": "Bearer", "expires_in": 60, "refresh_token": "rt-secret",
+        }))
+        .expect("token response")
+    }
+
+    fn registration(client_id: &str, redirect_uri: &str) -> ClientRegistration {
+        ClientRegistration {
+            method: RegistrationMethod::Dynamic,
+            client_id: client_id.to_owned(),
+            client_secret: Some(SecretString::from("cs-secret")),
+            issuer: ISSUER.to_owned(),
+            redirect_uri: redirect_uri.to_owned(),
+            registered_at: 42,
+        }
+    }
+
+    #[tokio::test]
+    async fn credentials_round_trip_per_server_and_principal() {
+        let store = Store::open_in_memory().await.expect("store");
+        let local = StoreOAuth::new(store.clone(), Principal::local());
+        let other = StoreOAuth::new(store.clone(), Principal("alice".to_owned()));
+        let credentials = StoredCredentials::new(
+            "c1".into(),
+            Some(token("at-1")),
+            vec!["read".into()],
+            Some(100),
+        )
+        .with_issuer(Some(ISSUER.into()));
+        local
+            .save_credentials("docs", credentials)
+            .await
+            .expect("save");
+
+        let back = local
+            .credentials("docs")
+            .await
+            .expect("load")
+            .expect("stored");
+        assert_eq!(back.client_id, "c1");
+        assert_eq!(back.granted_scopes, vec!["read".to_owned()]);
+        assert_eq!(back.issuer.as_deref(), Some(ISSUER));
+        let access = back.token_response.expect("token");
+        assert_eq!(access.access_token().secret(), "at-1");
+        assert!(other.credentials("docs").await.expect("load").is_none());
+        assert!(local.credentials("wiki").await.expect("load").is_none());
+
+        // The plain columns carry the issuer and the expiry, for listing without the key.
+        let listed = store.list_credentials().await.expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            (listed[0].server.as_str(), listed[0].principal.as_str()),
+            ("docs", "local")
+        );
+        assert_eq!(listed[0].issuer, ISSUER);
+        assert_eq!(
+            listed[0].expires_at,
+            Some(UNIX_EPOCH + Duration::from_secs(160))
+        );
+
+        local.clear_credentials("docs").await.expect("clear");
+        assert!(local.credentials("docs").await.expect("load").is_none());
+    }
+
+    #[tokio::test]
+    async fn registrations_are_shared_by_issuer_and_redirect_uri() {
+        let store = Store::open_in_memory().await.expect("store");
+        let local = StoreOAuth::new(store.clone(), Principal::local());
+        let alice = StoreOAuth::new(store, Principal("alice".to_owned()));
+        local
+            .save_registration(registration("c1", "http://127.0.0.1:8765/callback"))
+            .await
+            .expect("save");
+
+        // Another principal (and any server of this issuer) finds it, secret included.
+        let found = alice
+            .registration(ISSUER, "http://127.0.0.1:8765/callback")
+            .await
+            .expect("load")
+            .expect("shared");
+        assert_eq!(found.client_id, "c1");
+        assert_eq!(
+            found.client_secret.as_ref().map(|s| s.expose_secret()),
+            Some("cs-secret")
+        );
+        assert_eq!(found.method, RegistrationMethod::Dynamic);
+        assert_eq!(found.registered_at, 42);
+        assert!(
+            alice
+                .registration(ISSUER, "http://127.0.0.1:9999/callback")
+                .await
+                .expect("load")
+                .is_none(),
+            "another redirect URI needs its own registration"
+        );
+        assert!(
+            alice
+                .registration(
+                    "https://elsewhere.example",
+                    "http://127.0.0.1:8765/callback"
+                )
+                .await
+                .expect("load")
+                .is_none(),
+            "another issuer never sees it"
+        );
+        let by_id = alice
+            .registration_by_client_id(ISSUER, "c1")
+            .await
+            .expect("load")
+            .expect("found by client id");
+        assert_eq!(by_id.redirect_uri, "http://127.0.0.1:8765/callback");
+
+        alice
+            .clear_registration(ISSUER, "http://127.0.0.1:8765/callback")
+            .await
+            .expect("clear");
+        assert!(
+            local
+                .registration(ISSUER, "http://127.0.0.1:8765/callback")
+                .await
+                .expect("load")
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn logout_forgets_the_client_of_the_tokens_only() {
+        let store = Store::open_in_memory().await.expect("store");
+        let oauth = StoreOAuth::local(store);
+        oauth
+            .save_registration(registration("c1", "http://127.0.0.1:1/callback"))
+            .await
+            .expect("save");
+        oauth
+            .save_registration(registration("c2", "http://127.0.0.1:2/callback"))
+            .await
+            .expect("save");
+        oauth
+            .save_credentials(
+                "docs",
+                StoredCredentials::new("c2".into(), Some(token("at")), vec![], Some(1))
+                    .with_issuer(Some(ISSUER.into())),
+            )
+            .await
+            .expect("save");
+        let credentials = ServerCredentials::new(oauth.clone(), "docs");
+        let status = credentials.status().await.expect("status");
+        assert!(status.logged_in());
+        assert_eq!(status.registration, Some(RegistrationMethod::Dynamic));
+
+        let forgotten = credentials.forget_client().await.expect("forget");
+        assert_eq!(forgotten.map(|r| r.client_id).as_deref(), Some("c2"));
+        assert!(credentials.credentials().await.expect("load").is_none());
+        assert!(
+            oauth
+                .registration(ISSUER, "http://127.0.0.1:1/callback")
+                .await
+                .expect("load")
+                .is_some(),
+            "another client of the issuer stays"
+        );
+    }
+
+    #[tokio::test]
+    async fn refreshes_of_one_server_and_principal_are_serialised() {
+        let store = Store::open_in_memory().await.expect("store");
+        let oauth = StoreOAuth::new(store.clone(), Principal::local());
+        let guard = oauth.refresh_guard("docs").await.expect("guard");
+        // Another server, or another principal, is not held up.
+        let other = StoreOAuth::new(store, Principal("alice".to_owned()));
+        let quick = Duration::from_millis(200);
+        assert!(
+            tokio::time::timeout(quick, oauth.refresh_guard("wiki"))
+                .await
+                .is_ok()
+        );
+        assert!(
+            tokio::time::timeout(quick, other.refresh_guard("docs"))
+                .await
+                .is_ok()
+        );
+        assert!(
+            tokio::time::timeout(quick, oauth.refresh_guard("docs"))
+                .await
+                .is_err(),
+            "a second refresh of docs waits"
+        );
+        drop(guard);
+        assert!(
+            tokio::time::timeout(quick, oauth.refresh_guard("docs"))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn undecodable_credentials_are_absent() {
+        let store = Store::open_in_memory().await.expect("store");
+        store
+            .put_credentials(
+                "docs",
+                "local",
+                &store::Credentials {
+                    issuer: ISSUER.into(),
+                    document: SecretString::from("not json"),
+                    expires_at: None,
+                },
+            )
+            .await
+            .expect("put");
+        let oauth = StoreOAuth::new(store, Principal::local());
+        assert!(oauth.credentials("docs").await.expect("load").is_none());
+    }
+}
