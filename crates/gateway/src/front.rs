@@ -82,6 +82,22 @@ impl Front {
                 entry.server
             )));
         };
+        // Invalid arguments come back as a tool error the model can read and correct
+        // (SEP-1303), before anything reaches the upstream.
+        match catalog.validate_arguments(qualified, arguments.as_ref()) {
+            Ok(catalog::Validation::Unvalidated {
+                reason,
+                first: true,
+            }) => {
+                tracing::warn!(tool = %qualified, %reason, "input schema unusable; forwarding its calls unvalidated");
+            }
+            Ok(_) => {}
+            Err(errors) => {
+                return Ok(result::tool_error(format!(
+                    "invalid arguments for '{qualified}' (nothing was sent to the server):\n{errors}"
+                )));
+            }
+        }
         let upstream_name = entry.upstream_name.clone();
         let server_name = entry.server.clone();
         drop(catalog);

@@ -89,6 +89,32 @@ fn bad_requests_get_clear_errors_and_the_gateway_keeps_serving() {
         "top-level arguments not an object: {reply}"
     );
 
+    // Arguments that break the tool's input schema: a tool error naming each problem, and
+    // the upstream never sees the call.
+    let (_, body) = gateway.post_raw(request(
+        8,
+        "tools/call",
+        json!({"name": "call_tool", "arguments": {"name": "everything__get-sum", "arguments": {"a": "one"}}}),
+    ));
+    let reply = message(&body);
+    assert_eq!(
+        reply["result"]["isError"], true,
+        "invalid arguments: {reply}"
+    );
+    let text = result_text(&reply["result"]);
+    assert!(
+        text.contains("invalid arguments for 'everything__get-sum'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/a: \"one\" is not of type \"number\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"b\""),
+        "the missing property is named: {text}"
+    );
+
     let huge = format!(
         r#"{{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{{"pad":"{}"}}}}"#,
         "x".repeat(6 * 1024 * 1024)
