@@ -12,8 +12,8 @@
 #   6b. scripts/conformance-client.sh           the official suite's client auth scenarios
 #      against mcpgw's upstream OAuth client (expected failures: tests/conformance/)
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
-#      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle
-#      (normal dependencies).
+#      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
+#      netguard without its client feature has no tokio (normal dependencies).
 #
 # Works from any directory. Honours CARGO_TARGET_DIR.
 # Env: MCPGW_SKIP_SETUP=1 skips stage 1 (when the peers are known to be there).
@@ -79,8 +79,9 @@ stage "conformance: client auth scenarios (scripts/conformance-client.sh)"
 scripts/conformance-client.sh
 
 # ---- 7. architecture invariants --------------------------------------------
-# assert_no_dep PKG DEP: DEP must not be a normal (non-dev, non-build)
-# dependency of workspace package PKG, directly or transitively.
+# assert_no_dep PKG DEP [CARGO-TREE-ARGS...]: DEP must not be a normal (non-dev,
+# non-build) dependency of workspace package PKG, directly or transitively (with
+# the extra arguments, such as --no-default-features, given to every cargo tree).
 #
 # `cargo tree -i DEP -p PKG -e normal` exits 101 with "did not match any
 # packages" when DEP is not in PKG's graph at all, exits 0 with "nothing to
@@ -90,19 +91,21 @@ scripts/conformance-client.sh
 # of PKG's dependencies cross-checks every verdict.
 assert_no_dep() {
   local pkg=$1 dep=$2 out rc forward
+  shift 2
+  local extra=("$@")
   if ! out="$(cargo pkgid "$pkg" 2>&1)"; then
     echo "    FAIL: cannot resolve workspace package '$pkg' (renamed? then update this check):" >&2
     printf '%s\n' "$out" | sed 's/^/      /' >&2
     return 1
   fi
   # Forward listing: every package in PKG's normal dependency graph.
-  if ! forward="$(cargo tree -p "$pkg" -e normal --prefix none -f '{p}' 2>&1)"; then
+  if ! forward="$(cargo tree -p "$pkg" "${extra[@]}" -e normal --prefix none -f '{p}' 2>&1)"; then
     echo "    FAIL: cargo tree -p $pkg failed:" >&2
     printf '%s\n' "$forward" >&2
     return 1
   fi
   rc=0
-  out="$(cargo tree -i "$dep" -p "$pkg" -e normal 2>&1)" || rc=$?
+  out="$(cargo tree -i "$dep" -p "$pkg" "${extra[@]}" -e normal 2>&1)" || rc=$?
   if [[ $rc -eq 0 ]] && grep -qE "^$dep v[0-9]" <<<"$out"; then
     echo "    FAIL: $pkg depends on $dep:" >&2
     printf '%s\n' "$out" | sed 's/^/      /' >&2
@@ -120,10 +123,10 @@ assert_no_dep() {
   fi
   if grep -qE "^$dep v[0-9]" <<<"$forward"; then
     echo "    FAIL: $pkg depends on $dep (forward listing):" >&2
-    cargo tree -p "$pkg" -e normal -i "$dep" 2>&1 | sed 's/^/      /' >&2 || true
+    cargo tree -p "$pkg" "${extra[@]}" -e normal -i "$dep" 2>&1 | sed 's/^/      /' >&2 || true
     return 1
   fi
-  echo "    ok: $pkg does not depend on $dep"
+  echo "    ok: $pkg${extra[*]:+ (${extra[*]})} does not depend on $dep"
 }
 
 stage "architecture invariants (cargo tree -e normal)"
@@ -135,6 +138,8 @@ assert_no_dep mcpgw-config rmcp || invariants_ok=0
 # Heavy model code stays in embed: the catalog and retrieval never compile candle.
 assert_no_dep mcpgw-catalog candle-core || invariants_ok=0
 assert_no_dep mcpgw-retrieval candle-core || invariants_ok=0
+# config validates [network] allow with netguard's rules alone: no HTTP stack, no runtime.
+assert_no_dep mcpgw-netguard tokio --no-default-features || invariants_ok=0
 if [[ $invariants_ok -ne 1 ]]; then
   echo "    architecture invariants violated" >&2
   exit 1

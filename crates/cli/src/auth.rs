@@ -11,7 +11,7 @@ use std::{
     net::{Ipv4Addr, Ipv6Addr, SocketAddr},
     path::Path,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context, anyhow};
@@ -47,8 +47,11 @@ pub(crate) async fn login(
     let (listener, redirect_uri) = callback_listener(oauth.redirect_uri.as_ref(), port).await?;
     let store = open_store(&config).await?;
     let credentials = ServerCredentials::new(store, name);
-    let settings = OAuthSettings::from_config(name, oauth, redirect_uri.as_str())
+    let mut settings = OAuthSettings::from_config(name, oauth, redirect_uri.as_str())
         .map_err(|e| anyhow!("{e}"))?;
+    // The sign-in's requests run under the server's network policy, as the gateway's do.
+    let private = config.server(name).is_some_and(|s| s.allow_private_network);
+    settings.policy = Arc::new(config.network.policy().for_server(name, private));
     // The login starts and finishes in this process: its state need not outlive it.
     let states: Arc<dyn StateStore> = Arc::new(MemoryLoginStates::default());
     let (authorization_url, pending) =
@@ -104,11 +107,7 @@ pub(crate) async fn login(
 
 pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
     let config = load_config(config_path)?;
-    let servers: Vec<&config::ServerConfig> = config
-        .servers
-        .iter()
-        .filter(|s| matches!(s.auth, config::Auth::OAuth(_)))
-        .collect();
+    let servers: Vec<&config::ServerConfig> = gateway::oauth::oauth_servers(&config).collect();
     if servers.is_empty() {
         if json {
             println!("[]");
@@ -130,7 +129,7 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
     if json {
         let rows: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, status)| status_json(name, status))
+            .map(|(name, status)| gateway::oauth::status_json(name, status))
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -189,39 +188,12 @@ pub(crate) async fn logout(
 }
 
 /// The URL and OAuth settings of server `name`, which must be an `http` server configured for
-/// OAuth.
+/// OAuth; anything else is a usage error.
 fn oauth_server<'a>(
     config: &'a config::Config,
     name: &str,
 ) -> Result<(&'a Url, &'a config::OAuthConfig), Failure> {
-    let Some(server) = config.server(name) else {
-        let known: Vec<&str> = config
-            .servers
-            .iter()
-            .filter(|s| matches!(s.auth, config::Auth::OAuth(_)))
-            .map(|s| s.name.as_str())
-            .collect();
-        let known = if known.is_empty() {
-            "none is".to_owned()
-        } else {
-            format!("configured for OAuth: {}", known.join(", "))
-        };
-        return Err(Failure::usage(anyhow!(
-            "no server named '{name}' ({known})"
-        )));
-    };
-    let config::Auth::OAuth(oauth) = &server.auth else {
-        return Err(Failure::usage(anyhow!(
-            "server '{name}' is not configured for OAuth (hint: give it auth = {{ type = \"oauth\" }})"
-        )));
-    };
-    // Validation allows oauth only on Streamable HTTP.
-    let config::Transport::Http(http) = &server.transport else {
-        return Err(Failure::usage(anyhow!(
-            "server '{name}' does not use the http transport, which OAuth needs"
-        )));
-    };
-    Ok((&http.url, oauth))
+    gateway::oauth::oauth_server(config, name).map_err(|e| Failure::usage(anyhow!("{e}")))
 }
 
 async fn open_store(config: &config::Config) -> Result<Arc<dyn OAuthStore>, Failure> {
@@ -380,9 +352,7 @@ async fn read_head(stream: &mut TcpStream) -> Option<String> {
 }
 
 async fn respond(stream: &mut TcpStream, status: &str, text: &str) -> std::io::Result<()> {
-    let body = format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcpgw</title></head>\n<body><p>{text}</p></body></html>\n"
-    );
+    let body = gateway::oauth::browser_page(text);
     let response = format!(
         "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{body}",
         body.len()
@@ -419,29 +389,6 @@ fn query_param(url: &str, name: &str) -> Option<String> {
         .query_pairs()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
-}
-
-fn unix_seconds(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
-    }
-}
-
-fn status_json(name: &str, status: &CredentialStatus) -> serde_json::Value {
-    let now = unix_seconds(SystemTime::now());
-    let expires_at = status.expires_at.map(unix_seconds);
-    serde_json::json!({
-        "server": name,
-        "logged_in": status.logged_in(),
-        "issuer": status.issuer,
-        "client_id": status.client_id,
-        "registration": status.registration,
-        "scopes": status.scopes,
-        "has_refresh_token": status.has_refresh_token,
-        "expires_at": expires_at,
-        "expires_in_s": expires_at.map(|at| at - now),
-    })
 }
 
 fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {

@@ -21,6 +21,17 @@ pub(crate) struct ConfigFile {
     pub retrieval: RetrievalFile,
     #[serde(default)]
     pub store: StoreFile,
+    #[serde(default)]
+    pub network: NetworkFile,
+}
+
+/// `[network]`: where outbound HTTP may go besides public https. Entries stay strings here so
+/// that every bad one is a located problem (`validate`), not one parse error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NetworkFile {
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -89,6 +100,7 @@ pub(crate) struct ServerFile {
     pub enabled: Option<bool>,
     pub transport: Option<TransportFile>,
     pub auth: Option<AuthFile>,
+    pub allow_private_network: Option<bool>,
 }
 
 /// `auth = { type = "bearer", env = "VAR" }` and friends. Tagged like [`TransportFile`], with
@@ -248,7 +260,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![
-                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`"
+                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`"
             ],
         );
     }
@@ -266,7 +278,7 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`"
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`, `allow_private_network`"
             ],
         );
     }

@@ -13,6 +13,8 @@
 //!   config holds variable names, not credentials (except a JSON file served directly,
 //!   see [`load`]), and no `Debug` output prints a header or env value.
 //! - This crate does no network IO and starts no processes.
+//! - `[network] allow` entries are parsed with `netguard::Rule` (netguard without its client,
+//!   so no HTTP stack is compiled here); [`NetworkConfig::policy`] is the global SSRF policy.
 
 mod auth;
 mod discover;
@@ -50,6 +52,7 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     pub retrieval: RetrievalConfig,
     pub store: StoreConfig,
+    pub network: NetworkConfig,
     /// The file this was read from; relative `cwd`s were resolved against its directory.
     pub source: PathBuf,
 }
@@ -161,6 +164,24 @@ pub struct RemoteEmbedderConfig {
     pub timeout: std::time::Duration,
     pub retries: u32,
     pub dimensions: Option<usize>,
+}
+
+/// `[network]`: where mcpgw's outbound HTTP (upstream servers, their OAuth endpoints, a remote
+/// embedder) may go besides public addresses over https. See `netguard` for what each kind of
+/// entry admits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkConfig {
+    /// `allow`: host names, `*.suffix` wildcards, IP addresses and CIDRs, optionally with a
+    /// port, in file order.
+    pub allow: Vec<netguard::Rule>,
+}
+
+impl NetworkConfig {
+    /// The global policy: this allowlist, for anything not tied to one server (the remote
+    /// embedder). A server's clients use `policy().for_server(name, allow_private_network)`.
+    pub fn policy(&self) -> netguard::Policy {
+        netguard::Policy::new(self.allow.clone())
+    }
 }
 
 /// `[store]`: the embedded SQLite database (embedding cache today; tokens, approvals and

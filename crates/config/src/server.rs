@@ -145,6 +145,10 @@ pub struct ServerConfig {
     pub transport: Transport,
     /// Always [`Auth::None`] for stdio servers, which get credentials through `env`.
     pub auth: Auth,
+    /// Whether this server's connections (its transport and its OAuth) may reach loopback,
+    /// private and carrier-grade NAT addresses without a `[network] allow` entry. Always
+    /// `false` for stdio servers, which make no network requests.
+    pub allow_private_network: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -11,15 +11,16 @@ use crate::auth::{
     FLOW_AUTHORIZATION_PARAMS, FLOW_TOKEN_PARAMS, RESERVED_HEADERS, env_name_problem, is_loopback,
 };
 use crate::file::{
-    AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile, OAuthFile,
-    RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
+    AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile, NetworkFile,
+    OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
+    ValueFile,
 };
 use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
     Auth, Config, ConfigError, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth,
-    HttpTransport, OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig,
-    ServerName, StdioTransport, StoreConfig, Transport, Value,
+    HttpTransport, NetworkConfig, OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig,
+    ServerConfig, ServerName, StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -58,7 +59,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
     resolve(
         file.gateway,
         servers,
-        (file.retrieval, file.store),
+        (file.retrieval, file.store, file.network),
         source,
         InlineSecrets::Reject,
     )
@@ -67,7 +68,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
 pub(crate) fn resolve(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
-    (retrieval, store): (RetrievalFile, StoreFile),
+    (retrieval, store, network): (RetrievalFile, StoreFile, NetworkFile),
     source: &Path,
     inline_secrets: InlineSecrets,
 ) -> Result<Config, ConfigError> {
@@ -102,6 +103,7 @@ pub(crate) fn resolve(
     }
     let retrieval = v.retrieval(retrieval);
     let store = v.store(store);
+    let network = v.network(network);
 
     if !v.problems.is_empty() {
         return Err(ConfigError::Invalid(v.problems));
@@ -111,6 +113,7 @@ pub(crate) fn resolve(
         servers: resolved,
         retrieval,
         store,
+        network,
         source: source.to_owned(),
     })
 }
@@ -288,6 +291,23 @@ impl Validator {
         }
     }
 
+    /// Every entry is parsed on its own, so one run reports every bad one.
+    fn network(&mut self, file: NetworkFile) -> NetworkConfig {
+        let mut allow = Vec::with_capacity(file.allow.len());
+        for (i, entry) in file.allow.iter().enumerate() {
+            match entry.parse::<netguard::Rule>() {
+                Ok(rule) => allow.push(rule),
+                Err(error) => {
+                    let hint = rule_hint(&error);
+                    self.problems.push(
+                        Problem::new(format!("network.allow[{i}]"), error.to_string()).hint(hint),
+                    );
+                }
+            }
+        }
+        NetworkConfig { allow }
+    }
+
     fn gateway(&mut self, file: GatewayFile) -> GatewayConfig {
         let default = GatewayConfig::default();
         let listen = match file.listen {
@@ -364,6 +384,17 @@ impl Validator {
         let stdio = matches!(server.transport, Some(TransportFile::Stdio(_)));
         let sse = matches!(server.transport, Some(TransportFile::Sse(_)));
         let auth = self.auth(&format!("{path}.auth"), &label, server.auth, stdio, sse);
+        // Reported rather than ignored: on a stdio server the line would look like it did
+        // something. `false` is harmless and accepted.
+        if stdio && server.allow_private_network == Some(true) {
+            self.problems.push(
+                Problem::new(
+                    format!("{path}.allow_private_network"),
+                    "allow_private_network applies to http and sse servers, not to stdio",
+                )
+                .hint("a stdio server is a local process that mcpgw reaches without the network; remove the line"),
+            );
+        }
         let transport = match server.transport {
             None => {
                 self.problems.push(Problem::new(transport_path, "missing transport").hint(
@@ -392,6 +423,7 @@ impl Validator {
             timeout: timeout?,
             transport: transport?,
             auth,
+            allow_private_network: server.allow_private_network.unwrap_or(false),
         })
     }
 
@@ -926,6 +958,31 @@ pub(crate) fn header_var_name(server: &str, header: &str) -> String {
     }
 }
 
+/// What to write instead of a bad `[network] allow` entry. The messages already quote the
+/// entry and, where one is clear, the fix (`did you mean "10.0.0.0/8"?`); the hints add the
+/// forms an entry can take.
+fn rule_hint(error: &netguard::RuleError) -> &'static str {
+    use netguard::RuleError as E;
+    match error {
+        E::Empty => "remove the empty entry, or name a host such as \"localhost\"",
+        E::Cidr { .. } => {
+            "a CIDR is the first address of a block and its prefix length, such as \"10.0.0.0/8\" or \"fd00::/8\""
+        }
+        E::Url { .. } => {
+            "an entry names a host, optionally with a port; the scheme and path do not matter to it"
+        }
+        E::Port { .. } => {
+            "write the port as a number after the host, such as \"localhost:3000\" or \"[::1]:3000\""
+        }
+        E::Wildcard { .. } => {
+            "\"*.corp.example\" covers every name below corp.example (not corp.example itself)"
+        }
+        E::Invalid { .. } => {
+            "write a host name (\"localhost\"), a wildcard (\"*.corp.example\"), an IP address (\"10.1.2.3\") or a CIDR (\"10.0.0.0/8\"), optionally with a port (\"localhost:3000\")"
+        }
+    }
+}
+
 /// RFC 9110 token characters.
 fn is_header_name(name: &str) -> bool {
     !name.is_empty()
@@ -961,12 +1018,19 @@ pub(crate) mod tests {
             "listen={} exposure={:?} strategy={:?}\n",
             config.gateway.listen, config.gateway.exposure, config.retrieval.strategy
         );
+        if !config.network.allow.is_empty() {
+            let allow: Vec<String> = config.network.allow.iter().map(|r| r.to_string()).collect();
+            let _ = writeln!(out, "network allow=[{}]", allow.join(", "));
+        }
         for s in &config.servers {
             let _ = write!(
                 out,
                 "{} timeout={:?} enabled={}",
                 s.name, s.timeout, s.enabled
             );
+            if s.allow_private_network {
+                out.push_str(" allow_private_network");
+            }
             if let Some(description) = &s.description {
                 let _ = write!(out, " description={description:?}");
             }
@@ -1506,6 +1570,104 @@ transport = { type = "http", url = "https://api.example.com/mcp" }
             .map(|c| c.enabled_servers().map(|s| s.name.as_str()).collect())
             .unwrap_or_default();
         assert_eq!(enabled, ["on"]);
+    }
+
+    #[test]
+    fn network_allow_entries_resolve_to_their_canonical_form() {
+        check(
+            r#"
+[network]
+allow = ["LocalHost", "*.Corp.Example", "10.0.0.0/8", "127.0.0.1:3000", "[::1]:8080", "fd00::/8"]
+
+[[servers]]
+name = "dev"
+allow_private_network = true
+transport = { type = "http", url = "http://localhost:3000/mcp" }
+
+[[servers]]
+name = "legacy"
+allow_private_network = false
+transport = { type = "sse", url = "http://10.1.2.3/sse" }
+
+[[servers]]
+name = "local"
+allow_private_network = false
+transport = { type = "stdio", command = "run" }
+"#,
+            expect![[r#"
+                listen=127.0.0.1:8931 exposure=Search strategy=Hybrid
+                network allow=[localhost, *.corp.example, 10.0.0.0/8, 127.0.0.1:3000, [::1]:8080, fd00::/8]
+                dev timeout=30s enabled=true allow_private_network
+                  http http://localhost:3000/mcp headers[]
+                legacy timeout=30s enabled=true
+                  sse http://10.1.2.3/sse headers[]
+                local timeout=30s enabled=true
+                  stdio "run" [] cwd=None env[]
+            "#]],
+        );
+        // The global policy carries the entries; no entries is the strict default.
+        let allow_of = |text: &str| {
+            parse_toml(text, Path::new("mcpgw.toml"))
+                .map(|c| c.network.policy().allow().len())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(allow_of("[network]\nallow = [\"localhost\"]\n"), Ok(1));
+        assert_eq!(allow_of(""), Ok(0));
+    }
+
+    #[test]
+    fn every_bad_network_entry_is_reported_with_what_to_write() {
+        check(
+            r#"
+[network]
+allow = ["localhost", "", "http://localhost:3000/mcp", "10.1.2.3/8", "10.0.0.0/33", "localhost:0", "mcp*.example.com", "exa mple.com", "127.0.0.1"]
+"#,
+            expect![[r#"
+                invalid configuration (7 problems):
+                  network.allow[1]: an empty string is not a host name, IP address or CIDR (hint: remove the empty entry, or name a host such as "localhost")
+                  network.allow[2]: "http://localhost:3000/mcp" is a URL; write just its host, "localhost:3000" (hint: an entry names a host, optionally with a port; the scheme and path do not matter to it)
+                  network.allow[3]: "10.1.2.3/8" is not a valid CIDR: it has host bits set; did you mean "10.0.0.0/8"? (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
+                  network.allow[4]: "10.0.0.0/33" is not a valid CIDR: the prefix length must be a number from 0 to 32 (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
+                  network.allow[5]: "localhost:0" has an invalid port (a number from 1 to 65535) (hint: write the port as a number after the host, such as "localhost:3000" or "[::1]:3000")
+                  network.allow[6]: "mcp*.example.com": a wildcard must be the whole first label, as in "*.example.com" (hint: "*.corp.example" covers every name below corp.example (not corp.example itself))
+                  network.allow[7]: "exa mple.com" is not a host name, IP address or CIDR (hint: write a host name ("localhost"), a wildcard ("*.corp.example"), an IP address ("10.1.2.3") or a CIDR ("10.0.0.0/8"), optionally with a port ("localhost:3000"))"#]],
+        );
+        check(
+            "[network]\nallow = \"localhost\"\n",
+            expect![[
+                r#"/etc/mcpgw/mcpgw.toml:2:9: invalid type: string "localhost", expected a sequence"#
+            ]],
+        );
+        check(
+            "[network]\nallowed = []\n",
+            expect!["/etc/mcpgw/mcpgw.toml:2:1: unknown field `allowed`, expected `allow`"],
+        );
+    }
+
+    #[test]
+    fn allow_private_network_on_a_stdio_server_is_a_problem() {
+        check(
+            r#"
+[[servers]]
+name = "local"
+allow_private_network = true
+transport = { type = "stdio", command = "run" }
+"#,
+            expect![[r#"
+                invalid configuration (1 problem):
+                  servers[0].allow_private_network: allow_private_network applies to http and sse servers, not to stdio (hint: a stdio server is a local process that mcpgw reaches without the network; remove the line)"#]],
+        );
+    }
+
+    #[test]
+    fn examples_mcpgw_toml_resolves() {
+        let text = include_str!("../../../examples/mcpgw.toml");
+        let config = parse_toml(text, Path::new("examples/mcpgw.toml"));
+        let config = config.unwrap_or_else(|error| panic!("{error}"));
+        assert!(
+            !config.network.allow.is_empty(),
+            "the example shows [network]"
+        );
     }
 
     #[test]

@@ -14,6 +14,12 @@
 //! logs in at most [`MAX_LOGINS`] times, then gives up.
 //!
 //! The scenario name is only logged: the client has no per-scenario behaviour.
+//!
+//! Network policy: the harness runs its servers on this machine (`localhost`, loopback), which
+//! mcpgw's SSRF guard refuses unless named, so the client runs under [`NETWORK_ALLOW`], as a
+//! gateway configured with `[network] allow = ["localhost", "127.0.0.1", "::1"]` would. Every
+//! request, the browser's included, still goes through a guarded client: the scenarios meet
+//! the same checks (and refusals) as the gateway, only with loopback allowed.
 
 use std::{process::ExitCode, sync::Arc, time::Duration};
 
@@ -48,6 +54,8 @@ const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadat
 const REDIRECT_URI: &str = "http://localhost:3000/callback";
 /// Logins per run: the first, and two step-ups. More would loop on a server that keeps refusing.
 const MAX_LOGINS: usize = 3;
+/// `[network] allow` for the harness's servers, all on this machine.
+const NETWORK_ALLOW: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
 /// The part of `MCP_CONFORMANCE_CONTEXT` this client uses.
 #[derive(Default, Deserialize)]
@@ -107,6 +115,11 @@ async fn run(url: &str) -> anyhow::Result<()> {
         Err(_) => Context::default(),
     };
     let mut settings = OAuthSettings::new(REDIRECT_URI);
+    settings.policy = Arc::new(
+        netguard::Policy::parse(NETWORK_ALLOW)
+            .context("the loopback allowlist")?
+            .for_server("conformance", false),
+    );
     settings.client_name = "mcpgw-conformance-client".to_owned();
     settings.client_metadata_url = Some(CLIENT_METADATA_URL.to_owned());
     settings.client_id = context.client_id;
@@ -144,7 +157,7 @@ async fn exercise(
     settings: &OAuthSettings,
     credentials: &ServerCredentials,
 ) -> Result<(), Failure> {
-    let client = AuthorizedClient::new(url, settings, credentials.clone(), reqwest::Client::new())
+    let client = AuthorizedClient::new(url, settings, credentials.clone())
         .await
         .map_err(|e| Failure::Other(e.into()))?;
     let session = connect(url, client).await?;
@@ -232,7 +245,7 @@ async fn login(
 ) -> anyhow::Result<()> {
     let (authorization_url, pending) =
         start_login(url, settings, credentials, states, challenge).await?;
-    let callback = act_as_browser(&authorization_url).await?;
+    let callback = act_as_browser(&authorization_url, &settings.policy).await?;
     let outcome = finish_login(pending, LoginCallback::Url(callback)).await?;
     tracing::info!(
         client_id = %outcome.client_id,
@@ -244,12 +257,17 @@ async fn login(
 }
 
 /// Where the authorization endpoint sends the browser: the redirect URI with the code.
-async fn act_as_browser(authorization_url: &str) -> anyhow::Result<String> {
-    let http = reqwest::Client::builder()
+async fn act_as_browser(
+    authorization_url: &str,
+    policy: &Arc<netguard::Policy>,
+) -> anyhow::Result<String> {
+    let url = reqwest::Url::parse(authorization_url)?;
+    netguard::check_url(&url, policy)?;
+    let http = netguard::guarded_client_builder(policy.clone())
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(10))
         .build()?;
-    let response = http.get(authorization_url).send().await?;
+    let response = http.get(url).send().await?;
     let location = response
         .headers()
         .get(reqwest::header::LOCATION)

@@ -217,7 +217,8 @@ impl Fixture {
         let (http_upstream, port) = start_http_upstream(script).await?;
         let url = format!("http://127.0.0.1:{port}/mcp");
         let gateway = InProcessGateway::start(&format!(
-            "[[servers]]\nname = {UPSTREAM:?}\ntransport = {{ type = \"http\", url = {url:?} }}\n"
+            // The upstream runs on loopback, which the network policy admits only when named.
+            "[[servers]]\nname = {UPSTREAM:?}\nallow_private_network = true\ntransport = {{ type = \"http\", url = {url:?} }}\n"
         ))
         .await?;
         let http = Pair {

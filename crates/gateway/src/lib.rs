@@ -40,6 +40,9 @@ pub struct Gateway {
     config: config::Config,
     /// The database: the embedding cache and the OAuth tokens of upstreams.
     store: Option<store::Store>,
+    /// The global network policy (`[network] allow`), built once: each upstream connects under
+    /// its `for_server` form, the remote embedder under it as it is.
+    network: Arc<netguard::Policy>,
     upstreams: Upstreams,
     /// The published snapshot and the generation it was built for; a slow embedding of an
     /// older generation never replaces a newer catalog.
@@ -101,10 +104,12 @@ impl Gateway {
     pub fn new(config: config::Config, store: Option<store::Store>) -> Arc<Self> {
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
         let oauth = store.clone().map(oauth::StoreOAuth::local);
-        let upstreams = Upstreams::new(&config, changes_tx, oauth);
+        let network = Arc::new(config.network.policy());
+        let upstreams = Upstreams::new(&config, &network, changes_tx, oauth);
         let gateway = Arc::new(Self {
             config,
             store,
+            network,
             upstreams,
             catalog: RwLock::new((0, Arc::new(Catalog::build(&[]).0))),
             generation: AtomicU64::new(0),
@@ -124,7 +129,7 @@ impl Gateway {
     /// [`Gateway::embedded`] waits for them.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
         let semantic = async {
-            Semantic::load(&self.config.retrieval, self.store.clone())
+            Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
                 .await
                 .map(Arc::new)
         };

@@ -2,13 +2,19 @@
 //! attaching tool vectors to a catalog snapshot.
 //!
 //! Nothing here may stop the gateway: no model, a broken model file, an unreachable embedding
-//! endpoint or a broken database each leave search running on BM25, with one warning saying
-//! why (see DESIGN.md section 2).
+//! endpoint, an endpoint the network policy refuses, or a broken database each leave search
+//! running on BM25, with one warning saying why (see DESIGN.md section 2).
+//!
+//! A remote embedder runs under the global network policy (`[network] allow`): its `base_url`
+//! is checked with `netguard::check_url` before the first request, and its client is built by
+//! `netguard::guarded_client_builder`, so its host name resolves only to admitted addresses and
+//! every redirect is judged.
 
 use std::sync::Arc;
 
 use catalog::Catalog;
 use embed::{EmbedError, Embedder, TextKind};
+use netguard::Policy;
 use secrecy::SecretString;
 use store::{Store, TextHash, text_hash};
 
@@ -20,7 +26,12 @@ pub struct Semantic {
 
 impl Semantic {
     /// Loads the configured embedder, or explains (once, in the log) why search stays lexical.
-    pub async fn load(config: &config::RetrievalConfig, store: Option<Store>) -> Option<Semantic> {
+    /// `network` is the global policy, which a remote embedder's requests must pass.
+    pub async fn load(
+        config: &config::RetrievalConfig,
+        network: &Arc<Policy>,
+        store: Option<Store>,
+    ) -> Option<Semantic> {
         let wants_vectors = config.strategy != config::Strategy::Bm25;
         if !wants_vectors {
             // BM25 needs no model: do not spend the memory or the start-up time.
@@ -48,6 +59,20 @@ impl Semantic {
                 .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")))
             }
             config::EmbedderConfig::Remote(remote) => {
+                if let Err(refusal) = netguard::check_url(&remote.base_url, network) {
+                    tracing::warn!(
+                        %refusal,
+                        "the embedding endpoint is refused by the network policy; searching with BM25 only"
+                    );
+                    return None;
+                }
+                let client = match netguard::guarded_client_builder(network.clone()).build() {
+                    Ok(client) => client,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot build the embedding endpoint's HTTP client; searching with BM25 only");
+                        return None;
+                    }
+                };
                 let api_key = match &remote.api_key_env {
                     None => None,
                     Some(var) => match std::env::var(var) {
@@ -68,7 +93,7 @@ impl Semantic {
                 remote_config.timeout = remote.timeout;
                 remote_config.retries = remote.retries;
                 remote_config.dimensions = remote.dimensions;
-                embed::remote::RemoteEmbedder::connect(remote_config, reqwest::Client::new())
+                embed::remote::RemoteEmbedder::connect(remote_config, client)
                     .await
                     .map(|e| Arc::new(e) as Arc<dyn Embedder>)
                     .map_err(|e| e.to_string())

@@ -13,6 +13,13 @@
 //! within the configured origin, so no header, custom ones included, is sent anywhere else
 //! (reqwest itself strips only `Authorization` and `Cookie` on a cross-origin redirect).
 //!
+//! The network policy (the server's `netguard::Policy`: `[network] allow` plus its
+//! `allow_private_network`) is applied before anything is sent: the configured URL is checked
+//! with `netguard::check_url`, and every HTTP client is built by
+//! `netguard::guarded_client_builder`, so host names resolve only to admitted addresses and each
+//! redirect hop is judged by the guard before the same-origin rule above. A refusal found
+//! anywhere in a failure's chain becomes [`UpstreamError::Refused`], with the guard's message.
+//!
 //! A server configured for `oauth` (Streamable HTTP only) talks through its
 //! [`AuthorizedClient`], which the caller keeps across reconnects: every request carries the
 //! stored access token, refreshed as needed. No token is ever a custom header or logged.
@@ -23,10 +30,11 @@
 //! refresh that failed without a verdict on the sign-in is reported as such, without asking for a
 //! login.
 
-use std::{error::Error as StdError, time::Duration};
+use std::{error::Error as StdError, sync::Arc, time::Duration};
 
 use config::Auth;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use netguard::{Policy, Refusal};
 use rmcp::{
     ClientHandler, RoleClient,
     model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
@@ -35,7 +43,9 @@ use rmcp::{
     },
     transport::{
         StreamableHttpClientTransport,
-        streamable_http_client::{AuthRequiredError, StreamableHttpClientTransportConfig},
+        streamable_http_client::{
+            AuthRequiredError, StreamableHttpClientTransportConfig, StreamableHttpError,
+        },
     },
 };
 use secrecy::ExposeSecret;
@@ -92,11 +102,12 @@ pub(crate) struct Connected {
     pub server_version: Option<String>,
 }
 
-/// Connects once over the configured transport. `known_era` skips the probe. `oauth` is the
-/// client of a server configured for OAuth (Streamable HTTP only): requests go through it and
-/// carry its access token.
+/// Connects once over the configured transport, under `policy` (this server's). `known_era`
+/// skips the probe. `oauth` is the client of a server configured for OAuth (Streamable HTTP
+/// only): requests go through it and carry its access token.
 pub(crate) async fn connect(
     config: &config::ServerConfig,
+    policy: &Arc<Policy>,
     handler: UpstreamClient,
     known_era: Option<Era>,
     oauth: Option<&AuthorizedClient>,
@@ -116,10 +127,17 @@ pub(crate) async fn connect(
         },
     };
     let probing = matches!(lifecycle, ClientLifecycleMode::Auto { .. });
-    match connect_with(config, handler.clone(), lifecycle, oauth).await {
+    match connect_with(config, policy, handler.clone(), lifecycle, oauth).await {
         Err(UpstreamError::Protocol { reason, .. }) if probing => {
             tracing::info!(server = %config.name, %reason, "era probe failed, retrying with initialize");
-            connect_with(config, handler, ClientLifecycleMode::Initialize, oauth).await
+            connect_with(
+                config,
+                policy,
+                handler,
+                ClientLifecycleMode::Initialize,
+                oauth,
+            )
+            .await
         }
         other => other,
     }
@@ -127,11 +145,20 @@ pub(crate) async fn connect(
 
 async fn connect_with(
     config: &config::ServerConfig,
+    policy: &Arc<Policy>,
     handler: UpstreamClient,
     lifecycle: ClientLifecycleMode,
     oauth: Option<&AuthorizedClient>,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
+    if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
+        &config.transport
+    {
+        // IP literals must be judged here: reqwest connects to them without asking the
+        // guard's resolver.
+        netguard::check_url(&http_config.url, policy)
+            .map_err(|refusal| refused(config, &refusal))?;
+    }
     let session = match &config.transport {
         config::Transport::Stdio(stdio_config) => {
             let child = stdio::spawn(&server, stdio_config)?;
@@ -156,8 +183,10 @@ async fn connect_with(
                     serve_client_with_lifecycle(handler, transport, lifecycle).await
                 }
                 None => {
+                    let client =
+                        http_client(policy.clone()).map_err(|e| client_error(&server, &e))?;
                     let transport = StreamableHttpClientTransport::with_client(
-                        crate::http::SessionAwareClient::new(http_client()),
+                        crate::http::SessionAwareClient::new(client),
                         transport_config,
                     );
                     serve_client_with_lifecycle(handler, transport, lifecycle).await
@@ -166,18 +195,22 @@ async fn connect_with(
         }
         config::Transport::Sse(http_config) => {
             let headers = request_headers(config, http_config)?;
+            let client = http_client(policy.clone()).map_err(|e| client_error(&server, &e))?;
             let transport = SseClientTransport::connect(SseClientConfig {
                 url: http_config.url.clone(),
                 headers,
-                client: http_client(),
+                client,
+                policy: policy.clone(),
                 connect_timeout: config.timeout,
             })
             .await
             .map_err(|e| {
-                unauthorized(config, &e).unwrap_or_else(|| UpstreamError::Connect {
-                    server: server.clone(),
-                    reason: e.to_string(),
-                })
+                refused_in(config, &e)
+                    .or_else(|| unauthorized(config, &e))
+                    .unwrap_or_else(|| UpstreamError::Connect {
+                        server: server.clone(),
+                        reason: e.to_string(),
+                    })
             })?;
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
@@ -207,13 +240,66 @@ async fn connect_with(
     })
 }
 
-pub(crate) fn http_client() -> reqwest::Client {
+/// The HTTP client of one server's connections (Streamable HTTP, SSE, and the MCP requests of
+/// its OAuth client): guarded by `policy`, redirects judged by the guard and then kept on the
+/// configured origin. There is no fallback to an unguarded client when building fails.
+pub(crate) fn http_client(policy: Arc<Policy>) -> Result<reqwest::Client, reqwest::Error> {
     // Pooled connections idle out quickly: upstreams restart and we must not reuse dead sockets.
-    reqwest::Client::builder()
+    netguard::guarded_client_builder(policy.clone())
         .pool_idle_timeout(Duration::from_secs(30))
-        .redirect(reqwest::redirect::Policy::custom(same_origin_redirects))
+        .redirect(netguard::redirect_policy(policy, same_origin_redirects))
         .build()
-        .unwrap_or_default()
+}
+
+fn client_error(server: &str, error: &reqwest::Error) -> UpstreamError {
+    UpstreamError::Connect {
+        server: server.to_owned(),
+        reason: format!("cannot build the HTTP client: {error}"),
+    }
+}
+
+/// This server's [`UpstreamError::Refused`] for `refusal`, naming the configured origin when
+/// the refusal names no URL (a resolver refusal sees only a host name).
+pub(crate) fn refused(config: &config::ServerConfig, refusal: &Refusal) -> UpstreamError {
+    let refusal = match &config.transport {
+        config::Transport::Http(http) | config::Transport::Sse(http) => {
+            refusal.clone().at(&http.url)
+        }
+        config::Transport::Stdio(_) => refusal.clone(),
+    };
+    UpstreamError::Refused {
+        server: config.name.to_string(),
+        refusal: refusal.to_string(),
+    }
+}
+
+/// The network policy's refusal somewhere in `error`'s chain, as this server's error.
+pub(crate) fn refused_in(
+    config: &config::ServerConfig,
+    error: &(dyn StdError + 'static),
+) -> Option<UpstreamError> {
+    refusal_in(error).map(|refusal| refused(config, refusal))
+}
+
+/// The first [`Refusal`] in `error`'s chain. rmcp's `StreamableHttpError::Client` and our
+/// `SseError::Refused` do not expose what they wrap as a source, so they are opened here.
+fn refusal_in<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a Refusal> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(refusal) = error.downcast_ref::<Refusal>() {
+            return Some(refusal);
+        }
+        if let Some(StreamableHttpError::Client(inner)) =
+            error.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return Refusal::find_in(inner);
+        }
+        if let Some(SseError::Refused(refusal)) = error.downcast_ref::<SseError>() {
+            return Some(refusal);
+        }
+        current = error.source();
+    }
+    None
 }
 
 /// reqwest's default limit of 10 redirects, but only within the origin first asked: the
@@ -452,6 +538,9 @@ fn classify_init_error(
     error: rmcp::service::ClientInitializeError,
 ) -> UpstreamError {
     use rmcp::service::ClientInitializeError as E;
+    if let Some(error) = init_refused(config, &error) {
+        return error;
+    }
     if let Some(error) = init_unauthorized(config, &error) {
         return error;
     }
@@ -479,6 +568,21 @@ fn classify_init_error(
             server,
             reason: other.to_string(),
         },
+    }
+}
+
+/// A network policy refusal behind a failed handshake, in either phase of the era probe.
+fn init_refused(
+    config: &config::ServerConfig,
+    error: &rmcp::service::ClientInitializeError,
+) -> Option<UpstreamError> {
+    use rmcp::service::ClientInitializeError as E;
+    match error {
+        E::TransportError { error, .. } => refused_in(config, error.error.as_ref()),
+        E::LegacyFallbackFailed { discover, fallback } => {
+            init_refused(config, fallback).or_else(|| init_refused(config, discover))
+        }
+        _ => None,
     }
 }
 
@@ -628,7 +732,9 @@ mod tests {
             redirect(format!("http://{elsewhere_addr}/collect")),
             origin_hits.clone(),
         ));
-        let response = http_client()
+        let loopback = Arc::new(Policy::parse(["127.0.0.1"]).expect("rule parses"));
+        let response = http_client(loopback)
+            .expect("client builds")
             .get(format!("http://{origin_addr}/mcp"))
             .header("x-api-key", "k")
             .send()
@@ -643,6 +749,107 @@ mod tests {
         );
         away.abort();
         home.abort();
+    }
+
+    #[tokio::test]
+    async fn a_redirect_to_an_address_the_policy_refuses_is_not_followed() {
+        use std::sync::{atomic::AtomicUsize, atomic::Ordering};
+        let bind = || tokio::net::TcpListener::bind("127.0.0.1:0");
+        let (elsewhere, origin) = (bind().await.expect("bind"), bind().await.expect("bind"));
+        let (elsewhere_port, origin_port) = (
+            elsewhere.local_addr().expect("addr").port(),
+            origin.local_addr().expect("addr").port(),
+        );
+        let elsewhere_hits = Arc::new(AtomicUsize::new(0));
+        let away = tokio::spawn(answer(
+            elsewhere,
+            "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+            elsewhere_hits.clone(),
+        ));
+        let home = tokio::spawn(answer(
+            origin,
+            format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://127.0.0.1:{elsewhere_port}/x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            ),
+            Arc::new(AtomicUsize::new(0)),
+        ));
+        // Only the configured server's own port is allowed.
+        let policy = Arc::new(
+            Policy::parse([format!("127.0.0.1:{origin_port}")])
+                .expect("rule parses")
+                .for_server("dev", false),
+        );
+        let error = http_client(policy)
+            .expect("client builds")
+            .get(format!("http://127.0.0.1:{origin_port}/mcp"))
+            .send()
+            .await
+            .expect_err("the hop is refused");
+        let refusal = netguard::Refusal::find_in(&error).expect("the refusal is the cause");
+        assert_eq!(
+            refusal.to_string(),
+            format!(
+                "refused http://127.0.0.1:{elsewhere_port}: 127.0.0.1 is allowed on port {origin_port} only, not {elsewhere_port}; to allow it, add \"127.0.0.1:{elsewhere_port}\" to [network] allow in mcpgw.toml"
+            )
+        );
+        assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 0);
+        away.abort();
+        home.abort();
+    }
+
+    async fn connect_refused(toml: &str, policy: Policy) -> UpstreamError {
+        let server = server(toml);
+        let policy =
+            Arc::new(policy.for_server(server.name.as_str(), server.allow_private_network));
+        let (changes, _) = mpsc::unbounded_channel();
+        let handler = UpstreamClient::new(server.name.to_string(), changes);
+        match connect(&server, &policy, handler, None, None).await {
+            Ok(_) => panic!("connected"),
+            Err(error) => error,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_the_policy_refuses_fails_with_the_line_to_add() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        for kind in ["http", "sse"] {
+            let error = connect_refused(
+                &format!(
+                    "[[servers]]\nname = \"dev\"\ntransport = {{ type = \"{kind}\", url = \"http://127.0.0.1:{port}/mcp?session=s3cret\" }}\n"
+                ),
+                Policy::default(),
+            )
+            .await;
+            assert!(matches!(error, UpstreamError::Refused { .. }), "{error:?}");
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "network policy blocks 'dev': refused http://127.0.0.1:{port}: 127.0.0.1 is not a public address (loopback); to allow it, add \"127.0.0.1\" to [network] allow in mcpgw.toml, or set allow_private_network = true on server 'dev'"
+                )
+            );
+        }
+        // https to a name that resolves to loopback: refused by the guard's resolver, inside
+        // rmcp's transport, and still reported as the refusal.
+        let error = connect_refused(
+            &format!(
+                "[[servers]]\nname = \"dev\"\ntransport = {{ type = \"http\", url = \"https://localhost:{port}/mcp\" }}\n"
+            ),
+            Policy::default(),
+        )
+        .await;
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "network policy blocks 'dev': refused https://localhost:{port}: localhost resolves to "
+            )) && message.ends_with("(loopback); to allow it, add \"localhost\" to [network] allow in mcpgw.toml, or set allow_private_network = true on server 'dev'"),
+            "{message}"
+        );
+        assert!(
+            listener.accept().is_err(),
+            "nothing may have connected to the refused server"
+        );
     }
 
     #[test]

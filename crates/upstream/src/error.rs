@@ -16,6 +16,12 @@ pub enum UpstreamError {
     Header { server: String, name: String },
     #[error("could not connect to '{server}': {reason}")]
     Connect { server: String, reason: String },
+    /// mcpgw's network policy (`[network] allow`, `allow_private_network`) refused a URL or an
+    /// address this server's connection needed: its configured URL, an SSE endpoint, a redirect,
+    /// what its host name resolved to, or an OAuth endpoint. `refusal` is the guard's message,
+    /// which names the configuration line that would allow it; nothing was sent.
+    #[error("network policy blocks '{server}': {refusal}")]
+    Refused { server: String, refusal: String },
     #[error("'{server}' did not answer within {}s", after.as_secs_f32())]
     Timeout { server: String, after: Duration },
     #[error("connection to '{server}' was lost: {reason}")]

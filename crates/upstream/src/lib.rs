@@ -12,6 +12,10 @@
 //!   before processing). Any other failure is returned, because a retry could repeat a side effect.
 //! - A stdio child runs in its own process group; the group is killed when the session ends, so
 //!   grandchildren (`node` under `npx`, `python` under `uvx`) never outlive the gateway.
+//! - Every HTTP request goes through a client built by `netguard::guarded_client_builder` with
+//!   the server's policy (`[network] allow` plus its `allow_private_network`), and every URL is
+//!   checked with `netguard::check_url` before its first request: the configured one, an SSE
+//!   endpoint, each OAuth endpoint. A refusal is the server's [`UpstreamError::Refused`].
 //! - Secret header and environment values are resolved at connect time and never logged; OAuth
 //!   tokens live in the [`oauth::OAuthStore`] the caller provides, are read at each request, and
 //!   are never logged either.
@@ -44,11 +48,13 @@ pub struct ToolsChanged {
 
 impl Upstreams {
     /// Builds handles for the enabled servers; nothing connects until [`Upstreams::connect_all`]
-    /// or the first request. `changes` receives a message whenever a server's tools may differ.
-    /// `oauth` keeps the tokens of servers configured for OAuth; without it they cannot
-    /// connect (and say why).
+    /// or the first request. `network` is the global policy (`[network] allow`); each server
+    /// connects under `network.for_server(name, allow_private_network)`. `changes` receives a
+    /// message whenever a server's tools may differ. `oauth` keeps the tokens of servers
+    /// configured for OAuth; without it they cannot connect (and say why).
     pub fn new(
         config: &config::Config,
+        network: &netguard::Policy,
         changes: mpsc::UnboundedSender<ToolsChanged>,
         oauth: Option<Arc<dyn OAuthStore>>,
     ) -> Self {
@@ -56,7 +62,15 @@ impl Upstreams {
             .servers
             .iter()
             .filter(|s| s.enabled)
-            .map(|s| Arc::new(Server::new(s.clone(), changes.clone(), oauth.clone())))
+            .map(|s| {
+                let policy = Arc::new(network.for_server(s.name.as_str(), s.allow_private_network));
+                Arc::new(Server::new(
+                    s.clone(),
+                    policy,
+                    changes.clone(),
+                    oauth.clone(),
+                ))
+            })
             .collect();
         Self { servers }
     }

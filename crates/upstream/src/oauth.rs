@@ -22,6 +22,14 @@
 //!   and kept when the failure is transient or another process replaced them meanwhile (a
 //!   refresh-token rotation race). Tokens a later login stored for another client are picked up.
 //!
+//! Every OAuth request (protected resource and authorisation server metadata, registration,
+//! token, JWKS, whatever rmcp fetches) goes through [`OAuthSettings::policy`]: one
+//! `OAuthHttpClient` built on `netguard::guarded_client_builder` checks each request URL with
+//! `netguard::check_url` before sending it, resolves names only to admitted addresses and judges
+//! every redirect hop. So does the unauthenticated probe for a challenge, and the MCP requests
+//! of an [`AuthorizedClient`]. rmcp's own checks of the host names discovered metadata names
+//! still apply on top. A refusal is [`OAuthError::Refused`], with the guard's message.
+//!
 //! Nothing here logs, prints or `Debug`-formats a token, authorisation code, PKCE verifier or
 //! client secret. (rmcp itself logs the authorisation code at `debug` level in
 //! `rmcp::transport::auth`; keep that target at `info` or above.)
@@ -34,15 +42,18 @@ use std::{
 };
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
+use netguard::{Policy, Refusal};
 use rmcp::{
     model::ClientJsonRpcMessage,
     transport::{
         auth::{
             AuthorizationCallback, AuthorizationManager, AuthorizationRequest,
             AuthorizationSession, CredentialStore, OAuthClientConfig, OAuthHttpClient,
-            OAuthHttpClientFuture, OAuthHttpRequest, WWWAuthenticateParams,
+            OAuthHttpClientError, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest,
+            WWWAuthenticateParams,
         },
         streamable_http_client::{
             StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
@@ -126,6 +137,10 @@ pub struct OAuthSettings {
     pub token_params: BTreeMap<String, String>,
     /// Where the authorisation server sends the browser back to.
     pub redirect_uri: String,
+    /// Where this server's OAuth requests (and an [`AuthorizedClient`]'s MCP requests) may go:
+    /// the server's own `netguard` policy. [`OAuthSettings::new`] starts with the strict
+    /// default (https to public addresses only); callers set the server's.
+    pub policy: Arc<Policy>,
 }
 
 /// The redirect URI of settings used only to authorise requests and refresh tokens, when the
@@ -183,6 +198,7 @@ impl OAuthSettings {
             authorization_params: BTreeMap::new(),
             token_params: BTreeMap::new(),
             redirect_uri: redirect_uri.into(),
+            policy: Arc::new(Policy::default()),
         }
     }
 
@@ -248,6 +264,7 @@ impl fmt::Debug for OAuthSettings {
                 &self.token_params.keys().collect::<Vec<_>>(),
             )
             .field("redirect_uri", &self.redirect_uri)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -273,6 +290,13 @@ pub enum OAuthError {
     Callback(String),
     #[error("credential store: {0}")]
     Store(String),
+    /// The network policy refused a URL the flow needed (the server's, a metadata document,
+    /// the token or registration endpoint, a redirect, or an address a name resolved to).
+    /// The message names the configuration line that would allow it.
+    #[error("{0}")]
+    Refused(Refusal),
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(String),
 }
 
 impl From<OAuthError> for AuthError {
@@ -796,6 +820,8 @@ pub struct PendingLogin {
     state: String,
     states: Arc<dyn StateStore>,
     started_at: u64,
+    /// The client under the session's manager, to explain a refused token request.
+    http: Arc<GuardedOAuthClient>,
 }
 
 impl fmt::Debug for PendingLogin {
@@ -862,18 +888,21 @@ pub async fn start_login(
         name: "url".to_owned(),
         reason: e.to_string(),
     })?;
-    let mut manager = new_manager(server_url, settings).await?;
+    netguard::check_url(&base_url, &settings.policy).map_err(OAuthError::Refused)?;
+    let (mut manager, http) = new_manager(server_url, settings).await?;
     manager.set_credential_store(credentials.for_rmcp());
     manager.set_state_store(ExpiringStates(states.clone()));
 
     let challenge = match challenge {
         Some(challenge) => Some(challenge.to_owned()),
-        None => probe_challenge(server_url).await,
+        None => probe_challenge(&base_url, &settings.policy)
+            .await
+            .map_err(OAuthError::Refused)?,
     };
     let resolution = manager
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await
-        .map_err(OAuthError::Discovery)?;
+        .map_err(|e| http.explain(e, OAuthError::Discovery))?;
     if !resolution.source.is_discovered() {
         tracing::warn!(
             server = credentials.server(),
@@ -939,7 +968,7 @@ pub async fn start_login(
         let registered = manager
             .register_client(&settings.client_name, &settings.redirect_uri, &scope_refs)
             .await
-            .map_err(OAuthError::Registration)?;
+            .map_err(|e| http.explain(e, OAuthError::Registration))?;
         let registration = ClientRegistration {
             method: RegistrationMethod::Dynamic,
             client_id: registered.client_id.clone(),
@@ -957,7 +986,7 @@ pub async fn start_login(
 
     let session = AuthorizationSession::new(manager, request)
         .await
-        .map_err(|(_, e)| OAuthError::Authorization(e))?;
+        .map_err(|(_, e)| http.explain(e, OAuthError::Authorization))?;
     let url = add_query_params(
         session.get_authorization_url(),
         &settings.authorization_params,
@@ -982,6 +1011,7 @@ pub async fn start_login(
             state,
             states,
             started_at: now_epoch_secs(),
+            http,
         },
     ))
 }
@@ -1022,7 +1052,7 @@ pub async fn finish_login(
             .session
             .handle_callback_with_issuer(&code, &state, issuer.as_deref())
             .await
-            .map_err(OAuthError::Authorization)
+            .map_err(|e| pending.http.explain(e, OAuthError::Authorization))
     }
     .await;
     // Single use, whatever happened: rmcp keeps the state when the issuer check fails, so that
@@ -1046,12 +1076,20 @@ pub async fn finish_login(
 /// Asks the server for its `WWW-Authenticate` challenge with one unauthenticated, side-effect
 /// free request. rmcp's own probe is a GET, which Streamable HTTP servers may answer with 405
 /// before any authentication; a POST of `server/discover` reaches the authentication layer.
-async fn probe_challenge(server_url: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
+/// `Ok(None)` when there is no challenge to be had (discovery goes on without one); `Err` when
+/// the network policy refused the request, which discovery would run into too.
+async fn probe_challenge(
+    server_url: &Url,
+    policy: &Arc<Policy>,
+) -> Result<Option<String>, Refusal> {
+    netguard::check_url(server_url, policy)?;
+    let Ok(client) = netguard::guarded_client_builder(policy.clone())
         .timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .ok()?;
+    else {
+        return Ok(None);
+    };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": 0,
@@ -1062,23 +1100,30 @@ async fn probe_challenge(server_url: &str) -> Option<String> {
         }},
     });
     let response = client
-        .post(server_url)
+        .post(server_url.clone())
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "server/discover")
         .json(&body)
         .send()
-        .await
-        .ok()?;
+        .await;
+    let response = match response {
+        Ok(response) => response,
+        Err(error) => {
+            return match Refusal::find_in(&error) {
+                Some(refusal) => Err(refusal.clone().at(server_url)),
+                None => Ok(None),
+            };
+        }
+    };
     if response.status() != reqwest::StatusCode::UNAUTHORIZED {
-        return None;
+        return Ok(None);
     }
-    response
+    Ok(response
         .headers()
-        .get(reqwest::header::WWW_AUTHENTICATE)?
-        .to_str()
-        .ok()
-        .map(str::to_owned)
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1108,6 +1153,8 @@ pub struct AuthorizedClient {
 struct Shared {
     credentials: ServerCredentials,
     settings: OAuthSettings,
+    /// The client under the manager, to explain a refused refresh.
+    http: Arc<GuardedOAuthClient>,
     /// The rmcp manager, behind the lock every token read and refresh takes.
     manager: tokio::sync::Mutex<Manager>,
     events: Mutex<Events>,
@@ -1138,21 +1185,29 @@ impl fmt::Debug for AuthorizedClient {
 type HttpError = <reqwest::Client as StreamableHttpClient>::Error;
 
 impl AuthorizedClient {
-    /// A client for `server_url`, whose credentials are in `credentials`. `http` carries the
-    /// connection settings (pooling, TLS) and is used for the MCP requests; OAuth requests go
-    /// through rmcp's own client, which refuses link-local and metadata-service addresses.
+    /// A client for `server_url`, whose credentials are in `credentials`. Both its MCP
+    /// requests and its OAuth requests are guarded by `settings.policy`: the MCP ones through
+    /// the same client as an upstream connection (same-origin redirects), the OAuth ones
+    /// through the guarded OAuth client. `server_url` itself must pass the policy.
     pub async fn new(
         server_url: &str,
         settings: &OAuthSettings,
         credentials: ServerCredentials,
-        http: reqwest::Client,
     ) -> Result<Self, OAuthError> {
         settings.validate()?;
-        let mut manager = new_manager(server_url, settings).await?;
+        let url = Url::parse(server_url).map_err(|e| OAuthError::Settings {
+            name: "url".to_owned(),
+            reason: e.to_string(),
+        })?;
+        netguard::check_url(&url, &settings.policy).map_err(OAuthError::Refused)?;
+        let mcp_http = crate::connect::http_client(settings.policy.clone())
+            .map_err(|e| OAuthError::HttpClient(e.to_string()))?;
+        let (mut manager, http) = new_manager(server_url, settings).await?;
         manager.set_credential_store(credentials.for_rmcp());
         let shared = Arc::new(Shared {
             credentials,
             settings: settings.clone(),
+            http,
             manager: tokio::sync::Mutex::new(Manager {
                 manager,
                 configured: None,
@@ -1164,11 +1219,12 @@ impl AuthorizedClient {
             // Discovery failing now must not cost a still-valid token: it is retried when a
             // refresh is needed.
             if let Err(error) = shared.configure(&mut guard).await {
+                let error = shared.http.explain(error, OAuthError::Discovery);
                 tracing::warn!(server = shared.credentials.server(), %error, "oauth setup deferred");
             }
         }
         Ok(Self {
-            inner: SessionAwareClient::new(http),
+            inner: SessionAwareClient::new(mcp_http),
             shared,
         })
     }
@@ -1374,6 +1430,15 @@ impl Shared {
         rejected: Option<&str>,
     ) -> Result<Settled, AuthError> {
         let failure = classify_refresh_error(&error);
+        // rmcp words a refused token request "Request failed"; the guard says why. The
+        // classification stays that of the original error (transient: nothing is known about
+        // the grant).
+        let error = match self.http.last_refusal() {
+            Some(refusal) if failure == RefreshFailure::Transient => {
+                AuthError::TokenRefreshFailed(refusal.to_string())
+            }
+            _ => error,
+        };
         let server = self.credentials.server();
         if failure != RefreshFailure::Transient
             && let Ok(Some(stored)) = self.credentials.credentials().await
@@ -1526,45 +1591,155 @@ impl StreamableHttpClient for AuthorizedClient {
 // ---------------------------------------------------------------------------------------------
 // Plumbing
 
-/// An rmcp manager for `server_url`. With token parameters configured, OAuth requests go
-/// through [`TokenParams`]; rmcp offers no other hook into token requests. That client does not
-/// filter resolved addresses as rmcp's default one does (rmcp keeps its resolver private); the
-/// host names of discovered endpoints are still checked by rmcp.
+/// An rmcp manager for `server_url` whose every OAuth request goes through a
+/// [`GuardedOAuthClient`] under `settings.policy`, and that client, to explain refusals.
 async fn new_manager(
     server_url: &str,
     settings: &OAuthSettings,
-) -> Result<AuthorizationManager, OAuthError> {
-    let result = if settings.token_params.is_empty() {
-        AuthorizationManager::new(server_url).await
-    } else {
-        let inner =
-            rmcp::transport::auth::default_oauth_http_client().map_err(OAuthError::Discovery)?;
-        let client = TokenParams {
-            inner: Box::new(inner),
-            params: settings
+) -> Result<(AuthorizationManager, Arc<GuardedOAuthClient>), OAuthError> {
+    let http = Arc::new(GuardedOAuthClient::new(settings)?);
+    let manager = AuthorizationManager::new_with_oauth_http_client(
+        server_url,
+        http.clone() as Arc<dyn OAuthHttpClient>,
+    )
+    .await
+    .map_err(OAuthError::Discovery)?;
+    Ok((manager, http))
+}
+
+/// Bound on an OAuth request when rmcp suggests none (rmcp's own default).
+const OAUTH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest OAuth response body read (rmcp's own limit): metadata, tokens and registrations are
+/// small, and a hostile server must not make us buffer without bound.
+const MAX_OAUTH_BODY_BYTES: usize = 1024 * 1024;
+
+/// rmcp's [`OAuthHttpClient`] under the network policy: every request URL is checked with
+/// `netguard::check_url` first (rmcp's default client would catch IP literals only for
+/// discovered URLs), and both reqwest clients come from `netguard::guarded_client_builder`, so
+/// names resolve only to admitted addresses and every redirect hop is judged. It also adds the
+/// configured `token_params` to token requests: rmcp offers no other hook into them.
+///
+/// rmcp stringifies some failures (a token request's becomes "Request failed"), losing the
+/// refusal; the last refusal is kept so that callers can still say what was refused.
+struct GuardedOAuthClient {
+    policy: Arc<Policy>,
+    /// Follows redirects (at most ten, each judged); for requests rmcp lets follow.
+    follow: reqwest::Client,
+    /// Follows none; rmcp handles (same-origin) redirects itself where it wants them.
+    stop: reqwest::Client,
+    token_params: Vec<(String, String)>,
+    /// The refusal of the last request, if it was refused.
+    refused: Mutex<Option<Refusal>>,
+}
+
+impl GuardedOAuthClient {
+    fn new(settings: &OAuthSettings) -> Result<Self, OAuthError> {
+        let build = |builder: reqwest::ClientBuilder| {
+            builder
+                .build()
+                .map_err(|e| OAuthError::HttpClient(e.to_string()))
+        };
+        let policy = settings.policy.clone();
+        Ok(Self {
+            follow: build(netguard::guarded_client_builder(policy.clone()))?,
+            stop: build(
+                netguard::guarded_client_builder(policy.clone())
+                    .redirect(reqwest::redirect::Policy::none()),
+            )?,
+            policy,
+            token_params: settings
                 .token_params
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            refused: Mutex::new(None),
+        })
+    }
+
+    /// The refusal of the last request, if the network policy refused it.
+    fn last_refusal(&self) -> Option<Refusal> {
+        lock(&self.refused).clone()
+    }
+
+    /// `error` as an [`OAuthError`]: [`OAuthError::Refused`] when the network policy refused
+    /// the request behind it (found in its chain, or the last request's), else `otherwise`.
+    fn explain(&self, error: AuthError, otherwise: fn(AuthError) -> OAuthError) -> OAuthError {
+        match Refusal::find_in(&error)
+            .cloned()
+            .or_else(|| self.last_refusal())
+        {
+            Some(refusal) => OAuthError::Refused(refusal),
+            None => otherwise(error),
+        }
+    }
+
+    async fn send(
+        &self,
+        request: OAuthHttpRequest,
+    ) -> Result<oauth2::HttpResponse, OAuthHttpClientError> {
+        let OAuthHttpRequest {
+            mut request,
+            redirect_policy,
+            timeout,
+            ..
+        } = request;
+        add_token_params(&mut request, &self.token_params);
+        let mut request = reqwest::Request::try_from(request)?;
+        netguard::check_url(request.url(), &self.policy).inspect_err(|refusal| {
+            tracing::warn!(%refusal, "oauth request refused");
+        })?;
+        *request.timeout_mut() = Some(timeout.unwrap_or(OAUTH_TIMEOUT));
+        let client = match redirect_policy {
+            OAuthHttpRedirectPolicy::Follow => &self.follow,
+            // `Stop`, and whatever a later rmcp adds: not following is the safe reading.
+            _ => &self.stop,
         };
-        AuthorizationManager::new_with_oauth_http_client(server_url, Arc::new(client)).await
-    };
-    result.map_err(OAuthError::Discovery)
-}
-
-/// Adds the configured parameters to token requests (code exchange and refresh).
-struct TokenParams {
-    inner: Box<dyn OAuthHttpClient>,
-    params: Vec<(String, String)>,
-}
-
-impl OAuthHttpClient for TokenParams {
-    fn execute(&self, mut request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
-        add_token_params(&mut request.request, &self.params);
-        self.inner.execute(request)
+        let url = request.url().clone();
+        let response =
+            client
+                .execute(request)
+                .await
+                .map_err(|error| match Refusal::find_in(&error) {
+                    Some(refusal) => Box::new(refusal.clone().at(&url)) as OAuthHttpClientError,
+                    None => Box::new(error),
+                })?;
+        let mut builder = oauth2::http::Response::builder()
+            .status(response.status())
+            .version(response.version());
+        for (name, value) in response.headers() {
+            builder = builder.header(name, value);
+        }
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk?;
+            if chunk.len() > MAX_OAUTH_BODY_BYTES - body.len() {
+                return Err(
+                    format!("OAuth response body exceeds {MAX_OAUTH_BODY_BYTES} bytes").into(),
+                );
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(builder.body(body)?)
     }
 }
 
+impl OAuthHttpClient for GuardedOAuthClient {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            *lock(&self.refused) = None;
+            let result = self.send(request).await;
+            if let Err(error) = &result
+                && let Some(refusal) = Refusal::find_in(error.as_ref())
+            {
+                *lock(&self.refused) = Some(refusal.clone());
+            }
+            result
+        })
+    }
+}
+
+/// Adds the configured parameters to token requests (code exchange and refresh).
 fn add_token_params(request: &mut oauth2::HttpRequest, params: &[(String, String)]) {
     let is_form = request
         .headers()
@@ -2175,13 +2350,18 @@ mod tests {
         async fn client(&self, credentials: &ServerCredentials) -> AuthorizedClient {
             AuthorizedClient::new(
                 &self.url,
-                &OAuthSettings::new("http://127.0.0.1:1/callback"),
+                &loopback(OAuthSettings::new("http://127.0.0.1:1/callback")),
                 credentials.clone(),
-                reqwest::Client::new(),
             )
             .await
             .expect("client")
         }
+    }
+
+    /// `settings` under a policy that admits the loopback fake.
+    fn loopback(mut settings: OAuthSettings) -> OAuthSettings {
+        settings.policy = Arc::new(Policy::parse(["127.0.0.1"]).expect("rule parses"));
+        settings
     }
 
     fn memory_credentials() -> ServerCredentials {
@@ -2386,7 +2566,7 @@ mod tests {
         let fake = fake("unused").await;
         let credentials = memory_credentials();
         let states = Arc::new(MemoryLoginStates::default());
-        let mut settings = OAuthSettings::new("http://127.0.0.1:1/callback");
+        let mut settings = loopback(OAuthSettings::new("http://127.0.0.1:1/callback"));
         settings
             .authorization_params
             .insert("prompt".into(), "consent".into());
@@ -2439,6 +2619,171 @@ mod tests {
             1,
             "the stored registration is reused"
         );
+    }
+
+    /// A protected resource on loopback whose metadata sends mcpgw to `elsewhere`, a second
+    /// loopback port nothing is listening for: as its authorisation server, or (with
+    /// `token_only`) as the token endpoint of an authorisation server on the resource's port.
+    async fn pointing_elsewhere(elsewhere: u16, token_only: bool) -> String {
+        use axum::{
+            Json, Router,
+            http::StatusCode,
+            response::IntoResponse,
+            routing::{get, post},
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let other = format!("http://127.0.0.1:{elsewhere}");
+        let authorization_server = if token_only {
+            base.clone()
+        } else {
+            other.clone()
+        };
+        let prm = serde_json::json!({
+            "resource": format!("{base}/mcp"),
+            "authorization_servers": [authorization_server],
+        });
+        let metadata = serde_json::json!({
+            "issuer": base,
+            "authorization_endpoint": format!("{base}/authorize"),
+            "token_endpoint": format!("{other}/token"),
+            "response_types_supported": ["code"],
+            "code_challenge_methods_supported": ["S256"],
+        });
+        let challenge =
+            format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\"");
+        let app = Router::new()
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                get(move || async move { Json(prm) }),
+            )
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || async move { Json(metadata) }),
+            )
+            .route(
+                "/mcp",
+                post(move || async move {
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        [(axum::http::header::WWW_AUTHENTICATE, challenge)],
+                    )
+                        .into_response()
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("{base}/mcp")
+    }
+
+    /// A loopback port that counts as "elsewhere": it must never be connected to.
+    fn sink() -> (std::net::TcpListener, u16) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        (listener, port)
+    }
+
+    /// Settings under a policy that names only the resource server's port.
+    fn only_port_of(url: &str) -> OAuthSettings {
+        let port = Url::parse(url).ok().and_then(|u| u.port()).expect("a port");
+        let mut settings = OAuthSettings::new("http://127.0.0.1:1/callback");
+        settings.policy = Arc::new(
+            Policy::parse([format!("127.0.0.1:{port}")])
+                .expect("rule parses")
+                .for_server("docs", false),
+        );
+        settings
+    }
+
+    #[tokio::test]
+    async fn login_refuses_an_authorization_server_the_policy_does_not_allow() {
+        let (sink, elsewhere) = sink();
+        let url = pointing_elsewhere(elsewhere, false).await;
+        let settings = only_port_of(&url);
+        let error = start_login(
+            &url,
+            &settings,
+            &memory_credentials(),
+            Arc::new(MemoryLoginStates::default()),
+            None,
+        )
+        .await
+        .expect_err("refused");
+        let port = Url::parse(&url).ok().and_then(|u| u.port()).expect("port");
+        assert!(matches!(error, OAuthError::Refused(_)), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "refused http://127.0.0.1:{elsewhere}: 127.0.0.1 is allowed on port {port} only, not {elsewhere}; to allow it, add \"127.0.0.1:{elsewhere}\" to [network] allow in mcpgw.toml"
+            )
+        );
+        assert!(sink.accept().is_err(), "the refused server was contacted");
+
+        // The same login with the server's own URL refused says so before any request.
+        let mut strict = settings.clone();
+        strict.policy = Arc::new(Policy::default().for_server("docs", false));
+        let error = start_login(
+            &url,
+            &strict,
+            &memory_credentials(),
+            Arc::new(MemoryLoginStates::default()),
+            None,
+        )
+        .await
+        .expect_err("refused");
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("refused http://127.0.0.1:{port}: ")),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refresh_at_a_token_endpoint_the_policy_refuses_keeps_the_token_and_says_why() {
+        let (sink, elsewhere) = sink();
+        let url = pointing_elsewhere(elsewhere, true).await;
+        let credentials = memory_credentials();
+        let issuer = url.trim_end_matches("/mcp").to_owned();
+        let response = serde_json::from_value(serde_json::json!({
+            "access_token": "old", "token_type": "Bearer", "expires_in": 60, "refresh_token": "rt",
+        }))
+        .expect("token response");
+        let stored = StoredCredentials::new(
+            "c1".into(),
+            Some(response),
+            vec![],
+            Some(now_epoch_secs() - 3600),
+        )
+        .with_issuer(Some(issuer));
+        credentials
+            .store
+            .save_credentials("docs", stored)
+            .await
+            .expect("seed");
+        let client = AuthorizedClient::new(&url, &only_port_of(&url), credentials.clone())
+            .await
+            .expect("client");
+
+        assert!(
+            ping(&client, &url).await.is_err(),
+            "the refresh cannot happen"
+        );
+        let (failure, reason) = client.last_refresh_failure().expect("a recorded failure");
+        assert_eq!(failure, RefreshFailure::Transient);
+        assert!(
+            reason.contains(&format!(
+                "refused http://127.0.0.1:{elsewhere}: 127.0.0.1 is allowed on port "
+            )),
+            "{reason}"
+        );
+        assert!(
+            credentials.credentials().await.expect("read").is_some(),
+            "a refusal says nothing about the grant: the tokens are kept"
+        );
+        assert!(sink.accept().is_err(), "the refused server was contacted");
     }
 
     #[tokio::test]

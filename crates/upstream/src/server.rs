@@ -5,6 +5,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use netguard::Policy;
 use rmcp::{
     model::{CallToolRequestParams, CallToolResponse, PaginatedRequestParams},
     service::ServiceError,
@@ -15,7 +16,10 @@ use tokio::sync::mpsc;
 use crate::{
     ToolsChanged, UpstreamError,
     connect::{self, Connected, Session, UpstreamClient},
-    oauth::{AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthSettings, OAuthStore, ServerCredentials},
+    oauth::{
+        AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthError, OAuthSettings, OAuthStore,
+        ServerCredentials,
+    },
 };
 
 /// Most pages fetched for one `tools/list`; real servers have been seen returning a cursor that
@@ -68,6 +72,9 @@ struct Live {
 
 pub struct Server {
     config: config::ServerConfig,
+    /// Where this server's connections may go: the global allowlist plus its own
+    /// `allow_private_network`, for its transport and its OAuth alike.
+    policy: Arc<Policy>,
     handler: UpstreamClient,
     /// Where an `oauth` server's tokens are kept; `None` when the database could not be opened.
     oauth_store: Option<Arc<dyn OAuthStore>>,
@@ -85,6 +92,7 @@ pub struct Server {
 impl Server {
     pub(crate) fn new(
         config: config::ServerConfig,
+        policy: Arc<Policy>,
         changes: mpsc::UnboundedSender<ToolsChanged>,
         oauth_store: Option<Arc<dyn OAuthStore>>,
     ) -> Self {
@@ -92,6 +100,7 @@ impl Server {
         Self {
             handler: UpstreamClient::new(name.clone(), changes),
             config,
+            policy,
             oauth_store,
             authorized: Mutex::new(None),
             connect_lock: tokio::sync::Mutex::new(()),
@@ -258,6 +267,7 @@ impl Server {
             let oauth = self.authorized_client().await?;
             connect::connect(
                 &self.config,
+                &self.policy,
                 self.handler.clone(),
                 known_era,
                 oauth.as_ref(),
@@ -330,16 +340,19 @@ impl Server {
                     .to_owned(),
             )
         })?;
-        let settings = OAuthSettings::from_config(server, oauth, DEFAULT_REDIRECT_URI)
+        let mut settings = OAuthSettings::from_config(server, oauth, DEFAULT_REDIRECT_URI)
             .map_err(|e| unavailable(e.to_string()))?;
+        settings.policy = self.policy.clone();
         let client = AuthorizedClient::new(
             http.url.as_str(),
             &settings,
             ServerCredentials::new(store, server),
-            connect::http_client(),
         )
         .await
-        .map_err(|e| unavailable(e.to_string()))?;
+        .map_err(|e| match e {
+            OAuthError::Refused(refusal) => connect::refused(&self.config, &refusal),
+            other => unavailable(other.to_string()),
+        })?;
         *lock(&self.authorized) = Some(client.clone());
         Ok(Some(client))
     }
@@ -386,6 +399,11 @@ impl Server {
                 reason: "transport closed".to_owned(),
             },
             ServiceError::TransportSend(e) => {
+                // A reconnect or redirect the network policy refused (a name rebound to a
+                // private address, a redirect elsewhere) says which line would allow it.
+                if let Some(refused) = crate::connect::refused_in(&self.config, e.error.as_ref()) {
+                    return refused;
+                }
                 // A 401 mid-session (token revoked or expired) or a failed token refresh says
                 // what to do about it.
                 if let Some(failure) = crate::connect::auth_failure(&self.config, e.error.as_ref())

@@ -42,11 +42,17 @@
 //!   so they end the stream like any other stream error.
 //! - The `reqwest::Client` must not carry a total `timeout`: it would cut the
 //!   long-lived GET stream.
+//! - The network policy ([`SseClientConfig::policy`]) judges the SSE URL before
+//!   the GET and the endpoint before it is used (`netguard::check_url`); the
+//!   client must come from `netguard::guarded_client_builder` with the same
+//!   policy, which judges resolved addresses and redirects. A refusal is
+//!   [`SseError::Refused`], found in request failures too.
 
 use std::{fmt, sync::Arc, time::Duration};
 
 use futures::{StreamExt, stream::BoxStream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
+use netguard::{Policy, Refusal};
 use rmcp::{
     RoleClient,
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
@@ -79,8 +85,11 @@ pub struct SseClientConfig {
     /// Sent on the GET and on every POST. May hold secrets: values are never
     /// logged nor put into errors.
     pub headers: HeaderMap,
-    /// Must not have a total `timeout` set (it would cut the stream).
+    /// Must not have a total `timeout` set (it would cut the stream). Built by
+    /// `netguard::guarded_client_builder` with [`SseClientConfig::policy`].
     pub client: reqwest::Client,
+    /// What the SSE URL and the endpoint the server names must pass.
+    pub policy: Arc<Policy>,
     /// Bounds the GET plus the wait for the `endpoint` event, and separately
     /// each POST until the server accepts the message.
     pub connect_timeout: Duration,
@@ -88,11 +97,12 @@ pub struct SseClientConfig {
 
 impl SseClientConfig {
     /// A config with no extra headers and [`DEFAULT_CONNECT_TIMEOUT`].
-    pub fn new(url: Url, client: reqwest::Client) -> Self {
+    pub fn new(url: Url, client: reqwest::Client, policy: Arc<Policy>) -> Self {
         Self {
             url,
             headers: HeaderMap::new(),
             client,
+            policy,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
         }
     }
@@ -104,6 +114,7 @@ impl fmt::Debug for SseClientConfig {
         f.debug_struct("SseClientConfig")
             .field("url", &redact(&self.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("policy", &self.policy)
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
@@ -118,6 +129,10 @@ impl fmt::Debug for SseClientConfig {
 pub enum SseError {
     #[error("request to {url} failed: {reason}")]
     Request { url: String, reason: String },
+    /// The network policy refused the SSE URL, the endpoint, a redirect or a resolved
+    /// address; nothing was sent there. The refusal shows origins only.
+    #[error("{0}")]
+    Refused(Refusal),
     #[error("{url} answered http {status}")]
     HttpStatus { url: String, status: StatusCode },
     /// HTTP 401, on the GET or a POST. `challenge` is the `WWW-Authenticate` header (at most
@@ -181,8 +196,10 @@ impl SseClientTransport {
             url,
             headers,
             client,
+            policy,
             connect_timeout,
         } = config;
+        netguard::check_url(&url, &policy).map_err(SseError::Refused)?;
         let shown = redact(&url);
         let deadline = tokio::time::Instant::now() + connect_timeout;
 
@@ -200,12 +217,7 @@ impl SseClientTransport {
                     timeout: connect_timeout,
                 });
             }
-            Ok(Err(error)) => {
-                return Err(SseError::Request {
-                    url: shown,
-                    reason: render(&error.without_url()),
-                });
-            }
+            Ok(Err(error)) => return Err(request_error(&url, &shown, error)),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
@@ -243,6 +255,9 @@ impl SseClientTransport {
             Ok(Ok(Some(data))) => data,
         };
         let endpoint = resolve_endpoint(&url, &data)?;
+        // Same origin as the checked URL, so the same verdict today; checked anyway, as every
+        // URL learned at run time is.
+        netguard::check_url(&endpoint, &policy).map_err(SseError::Refused)?;
         tracing::debug!(url = %shown, endpoint = %redact(&endpoint), "sse session open");
 
         let mut post_headers = sensitive(headers);
@@ -342,10 +357,7 @@ impl Poster {
                 .body(body)
                 .send()
                 .await
-                .map_err(|error| SseError::Request {
-                    url: self.shown.clone(),
-                    reason: render(&error.without_url()),
-                })?;
+                .map_err(|error| request_error(&self.endpoint, &self.shown, error))?;
             let status = response.status();
             if status == StatusCode::NOT_FOUND {
                 return Err(SseError::SessionExpired {
@@ -465,6 +477,18 @@ fn decode(event: Sse) -> Option<RxJsonRpcMessage<RoleClient>> {
             );
             None
         }
+    }
+}
+
+/// A failed request to `url` (shown as `shown`): the guard's refusal when it is behind the
+/// failure (a resolved address or a redirect hop), else the error and its sources.
+fn request_error(url: &Url, shown: &str, error: reqwest::Error) -> SseError {
+    match Refusal::find_in(&error) {
+        Some(refusal) => SseError::Refused(refusal.clone().at(url)),
+        None => SseError::Request {
+            url: shown.to_owned(),
+            reason: render(&error.without_url()),
+        },
     }
 }
 
@@ -757,6 +781,60 @@ mod tests {
     }
 
     // ---- faults, against a hand-written fake ------------------------------
+
+    #[tokio::test]
+    async fn sse_to_a_loopback_server_not_allowed_sends_nothing() {
+        let mut fake =
+            FakeServer::start(|_| Script::sse("event: endpoint\ndata: /m\n\n").keep_open()).await;
+        let policy = Arc::new(Policy::default().for_server("legacy", false));
+        let error = SseClientTransport::connect(guarded_config(
+            fake.url("/sse?key=abc"),
+            Duration::from_secs(5),
+            policy,
+        ))
+        .await
+        .expect_err("refused");
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "refused http://{addr}: 127.0.0.1 is not a public address (loopback); to allow it, add \"127.0.0.1\" to [network] allow in mcpgw.toml, or set allow_private_network = true on server 'legacy'",
+                addr = fake.addr
+            )
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), fake.requests.recv())
+                .await
+                .is_err(),
+            "a request reached the refused server"
+        );
+
+        // https to a name passes the URL check; the name resolves to loopback, which the
+        // guard's resolver refuses before any connection is made.
+        let by_name =
+            Url::parse(&format!("https://localhost:{}/sse", fake.addr.port())).expect("url");
+        let error = SseClientTransport::connect(guarded_config(
+            by_name,
+            Duration::from_secs(5),
+            Arc::new(Policy::default().for_server("legacy", false)),
+        ))
+        .await
+        .expect_err("refused at resolution");
+        let message = error.to_string();
+        assert!(matches!(error, SseError::Refused(_)), "{error:?}");
+        assert!(
+            message.starts_with(&format!(
+                "refused https://localhost:{}: localhost resolves to ",
+                fake.addr.port()
+            )) && message.contains("(loopback); to allow it, add \"localhost\" to [network] allow in mcpgw.toml, or set allow_private_network = true on server 'legacy'"),
+            "{message}"
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), fake.requests.recv())
+                .await
+                .is_err(),
+            "a request reached the refused server"
+        );
+    }
 
     #[tokio::test]
     async fn sse_rejects_non_event_stream_content_type() {
@@ -1122,13 +1200,22 @@ mod tests {
 
     // ---- helpers ----------------------------------------------------------
 
+    /// The fakes and the reference server listen on loopback, which the policy names.
     fn config(url: Url, connect_timeout: Duration) -> SseClientConfig {
+        let policy = Arc::new(Policy::parse(["127.0.0.1"]).expect("rule parses"));
+        guarded_config(url, connect_timeout, policy)
+    }
+
+    fn guarded_config(url: Url, connect_timeout: Duration, policy: Arc<Policy>) -> SseClientConfig {
         let mut headers = HeaderMap::new();
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static(SECRET));
         SseClientConfig {
             url,
             headers,
-            client: reqwest::Client::new(),
+            client: netguard::guarded_client_builder(policy.clone())
+                .build()
+                .expect("client builds"),
+            policy,
             connect_timeout,
         }
     }

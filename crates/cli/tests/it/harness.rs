@@ -172,9 +172,19 @@ pub struct ConfigDir {
     pub path: PathBuf,
 }
 
+/// The `[network]` section every test config gets from [`write_config`]: the peers are real
+/// servers on loopback, which mcpgw's SSRF guard refuses unless they are named.
+pub const LOOPBACK_ALLOWLIST: &str = "[network]\nallow = [\"127.0.0.1\", \"localhost\"]\n";
+
 /// Writes `toml` with a `[store]` in the temporary directory, so tests never share or touch
-/// the user's database.
+/// the user's database, and with [`LOOPBACK_ALLOWLIST`], so loopback peers are reachable.
 pub fn write_config(toml: &str) -> ConfigDir {
+    write_config_without_allowlist(&format!("{toml}\n{LOOPBACK_ALLOWLIST}"))
+}
+
+/// [`write_config`] without the `[network]` section: for tests of the guard itself, or that
+/// write their own.
+pub fn write_config_without_allowlist(toml: &str) -> ConfigDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mcpgw.toml");
     let toml = format!("{toml}\n[store]\npath = \"mcpgw.db\"\n");
