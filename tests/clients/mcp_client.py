@@ -6,7 +6,7 @@ ONE JSON object to stdout. Run it with the test venv's interpreter:
 
     .peers/venv/bin/python tests/clients/mcp_client.py \
         (--stdio CMD [ARG...] [--] | --url URL) [--era legacy|modern|auto] \
-        [--header 'Name: value']... SCRIPT_JSON
+        [--header 'Name: value']... [--elicit open[:QUERY]|decline|cancel] SCRIPT_JSON
 
 SCRIPT_JSON (always the LAST argument; `@path` reads a file, `-` reads stdin)
 is a JSON array of steps, e.g.
@@ -17,6 +17,14 @@ is a JSON array of steps, e.g.
 Output: {"era": "<negotiated protocol version>", "server": {...}|null,
          "steps": [<one result per step>]}
 An MCP error answered by the server is data: {"error": {"code", "message"[, "data"]}}.
+
+--elicit makes the client declare elicitation (form and url) and answer every
+`elicitation/create` (a legacy server request, or one inside a 2026-07-28
+input_required result) the same way: `open` plays a user who consents to a
+URL-mode elicitation: the URL is fetched (QUERY, e.g. `user=bob`, appended to
+its query), following redirects, and the answer is `accept`; form mode is
+declined. `decline` / `cancel` answer that. The output then has
+"elicitations": [{"mode", "message", "url", "action"[, "status"]}, ...].
 
 Exit codes: 0 script ran (even if steps returned MCP errors); 1 the connection
 failed (spawn, handshake/discover, transport, connection lost mid-script);
@@ -44,7 +52,8 @@ from mcp_types.version import LATEST_MODERN_VERSION
 
 USAGE = (
     "usage: mcp_client.py (--stdio CMD [ARG...] [--] | --url URL) "
-    "[--era legacy|modern|auto] [--header 'Name: value']... SCRIPT_JSON"
+    "[--era legacy|modern|auto] [--header 'Name: value']... "
+    "[--elicit open[:QUERY]|decline|cancel] SCRIPT_JSON"
 )
 ERAS = ("legacy", "modern", "auto")
 PAGE_CAP = 100  # max pages followed for list_* (guards against non-advancing cursors)
@@ -65,13 +74,13 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
     if not argv or argv[0] in ("-h", "--help"):
         raise UsageError(USAGE)
     script_arg, rest = argv[-1], argv[:-1]
-    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}}
-    own = ("--era", "--url", "--stdio", "--header")
+    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}, "elicit": None}
+    own = ("--era", "--url", "--stdio", "--header", "--elicit")
     i = 0
     while i < len(rest):
         tok = rest[i]
         key, eq, val = tok.partition("=")
-        if key in ("--era", "--url", "--header"):
+        if key in ("--era", "--url", "--header", "--elicit"):
             if not eq:
                 i += 1
                 if i >= len(rest):
@@ -83,6 +92,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
                 opts["era"] = val
             elif key == "--url":
                 opts["url"] = val
+            elif key == "--elicit":
+                opts["elicit"] = parse_elicit(val)
             else:
                 name, colon, value = val.partition(":")
                 if not colon or not name.strip():
@@ -111,6 +122,15 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
         raise UsageError(f"give exactly one of --stdio or --url\n{USAGE}")
     opts["script"] = load_script(script_arg)
     return opts
+
+
+def parse_elicit(val: str) -> dict[str, Any]:
+    kind, colon, query = val.partition(":")
+    if kind == "open":
+        return {"action": "accept", "query": query if colon else ""}
+    if kind in ("decline", "cancel") and not colon:
+        return {"action": kind, "query": ""}
+    raise UsageError(f"--elicit wants open[:QUERY], decline or cancel, got {val!r}")
 
 
 def load_script(arg: str) -> list[dict[str, Any]]:
@@ -279,7 +299,38 @@ def error_data(exc: BaseException) -> dict[str, Any]:
     return {"error": {"code": None, "message": describe(exc), "kind": type(leaves[0]).__name__}}
 
 
-async def connect(stack: AsyncExitStack, opts: dict[str, Any]) -> Client:
+def with_query(url: str, query: str) -> str:
+    if not query:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+def elicitation_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> Any:
+    """The user behind --elicit: answers every elicitation alike, and writes each down."""
+    answer = opts["elicit"]
+
+    async def callback(context: Any, params: Any) -> types.ElicitResult:
+        mode = getattr(params, "mode", None) or "form"
+        entry: dict[str, Any] = {"mode": mode, "message": params.message}
+        action = answer["action"]
+        if mode == "url":
+            entry["url"] = params.url
+            if action == "accept":
+                # The browser: opens the URL and follows every redirect (to the gateway's
+                # callback, in mcpgw's tests) before the client says "accept".
+                async with httpx2.AsyncClient(follow_redirects=True, timeout=30.0) as browser:
+                    response = await browser.get(with_query(params.url, answer["query"]))
+                entry["status"] = response.status_code
+        elif action == "accept":
+            action = "decline"  # no one to fill a form in
+        entry["action"] = action
+        record.append(entry)
+        return types.ElicitResult(action=action)
+
+    return callback
+
+
+async def connect(stack: AsyncExitStack, opts: dict[str, Any], elicitations: list[dict[str, Any]]) -> Client:
     era = opts["era"]
     # legacy: initialize handshake at 2025-11-25 (LATEST_HANDSHAKE_VERSION);
     # modern: pin 2026-07-28 (adopted without handshake), then a real server/discover below;
@@ -299,6 +350,8 @@ async def connect(stack: AsyncExitStack, opts: dict[str, Any]) -> Client:
         mode=mode,
         cache=None,  # every step must reach the wire
         client_info=types.Implementation(name="mcpgw-test-client", version="0.1.0"),
+        # A callback makes the SDK declare elicitation {form, url}; without one, none.
+        elicitation_callback=elicitation_callback(opts, elicitations) if opts["elicit"] else None,
     )
     try:
         await stack.enter_async_context(client)
@@ -321,8 +374,11 @@ def server_info(client: Client) -> Any:
 async def run(opts: dict[str, Any]) -> dict[str, Any]:
     steps: list[Any] = []
     out: dict[str, Any] = {"era": None, "server": None, "steps": steps}
+    elicitations: list[dict[str, Any]] = []
+    if opts["elicit"]:
+        out["elicitations"] = elicitations
     async with AsyncExitStack() as stack:
-        client = await connect(stack, opts)
+        client = await connect(stack, opts, elicitations)
         out["era"] = client.protocol_version
         out["server"] = server_info(client)
         for i, step in enumerate(opts["script"]):

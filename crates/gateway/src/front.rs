@@ -7,30 +7,116 @@
 //! - anything that went wrong while running a tool (upstream down, upstream error, bad meta-tool
 //!   input) is a tool result with `isError: true`, because that is what the model can read and
 //!   act on.
+//!
+//! A call that reaches an OAuth server without a usable token hands the user a sign-in, in the
+//! best way the client supports ([`Handoff`]): a URL-mode elicitation, after which the call
+//! resumes by itself (2025-11-25 clients that declared `elicitation.url`); an `input_required`
+//! result carrying that elicitation, answered by a retry (2026-07-28 clients that declared it);
+//! else a tool error with a link. The `-32042` URL-elicitation-required error is not used: a
+//! tool error reaches every client, and 2026-07-28 forbids that code.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, sync::Arc, time::Instant};
 
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData as McpError, Peer, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequest,
+        ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
+        InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+        ServerCapabilities, ServerConfig, Tool,
     },
     service::RequestContext,
 };
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
-use crate::{Gateway, meta, result};
+use crate::{
+    Gateway, meta,
+    oauth::login::{self, Logins, Waited},
+    result,
+};
 
 /// One front-end handler; cheap to clone, one per HTTP session or stdio connection.
 #[derive(Clone)]
 pub struct Front {
     gateway: Arc<Gateway>,
+    logins: Arc<Logins>,
+}
+
+/// How a sign-in reaches the person behind one `tools/call`.
+enum Handoff {
+    /// A tool error with a link that starts the sign-in when opened.
+    Text,
+    /// A 2025-11-25 client that declared `elicitation.url`: `elicitation/create` on its
+    /// session, then the call waits for the sign-in and resumes.
+    Elicit {
+        peer: Peer<RoleServer>,
+        ct: CancellationToken,
+    },
+    /// A 2026-07-28 client that declared `elicitation.url`: an `input_required` result; the
+    /// retry (`retry`) carries the answer, and waits for the sign-in.
+    InputRequired {
+        retry: Option<Retry>,
+        ct: CancellationToken,
+    },
+}
+
+/// The MRTR retry of a call that asked for a sign-in.
+struct Retry {
+    request_state: String,
+    /// The user's answer to the sign-in elicitation, if the retry carries a readable one.
+    answer: Option<ElicitationAction>,
+}
+
+impl Handoff {
+    fn of(request: &CallToolRequestParams, context: &RequestContext<RoleServer>) -> Self {
+        let url_elicitation = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.url.is_some());
+        if !url_elicitation {
+            return Self::Text;
+        }
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return Self::Elicit {
+                peer: context.peer.clone(),
+                ct: context.ct.clone(),
+            };
+        }
+        let retry = request.request_state.as_ref().map(|state| Retry {
+            request_state: state.clone(),
+            answer: request
+                .input_responses
+                .as_ref()
+                .and_then(|responses| responses.get(login::SIGNIN_INPUT))
+                .and_then(|answer| serde_json::from_value::<ElicitResult>(answer.clone()).ok())
+                .map(|answer| answer.action),
+        });
+        Self::InputRequired {
+            retry,
+            ct: context.ct.clone(),
+        }
+    }
+}
+
+/// One try at running a catalog tool.
+enum Attempt {
+    Done(CallToolResult),
+    /// The tool's server is configured for OAuth and has no usable token.
+    SignIn {
+        server: Arc<Server>,
+        error: UpstreamError,
+    },
 }
 
 impl Front {
-    pub fn new(gateway: Arc<Gateway>) -> Self {
-        Self { gateway }
+    /// A handler on `gateway`; `logins` starts sign-ins and takes the browser's return.
+    pub fn new(gateway: Arc<Gateway>, logins: Arc<Logins>) -> Self {
+        Self { gateway, logins }
     }
 
     fn exposure(&self) -> config::Exposure {
@@ -63,24 +149,81 @@ impl Front {
         }
     }
 
-    /// Runs one catalog tool by qualified name on its upstream.
+    /// Runs one catalog tool by qualified name on its upstream. A server that needs a sign-in
+    /// answers with a tool error carrying a sign-in link.
     pub async fn call_catalog_tool(
         &self,
         qualified: &str,
         arguments: Option<Map<String, Value>>,
     ) -> Result<CallToolResult, McpError> {
-        let catalog = self.gateway.catalog();
+        match self.attempt(qualified, arguments).await? {
+            Attempt::Done(result) => Ok(result),
+            Attempt::SignIn { server, error } => Ok(self.sign_in_text(&server, &error)),
+        }
+    }
+
+    /// [`Front::call_catalog_tool`], handing a needed sign-in to the user as `handoff` allows.
+    async fn call_catalog(
+        &self,
+        qualified: &str,
+        arguments: Option<Map<String, Value>>,
+        handoff: &Handoff,
+    ) -> Result<CallToolResponse, McpError> {
+        if let Handoff::InputRequired {
+            retry: Some(retry),
+            ct,
+        } = handoff
+            && let Some(settled) = self.settle_retry(qualified, retry, ct).await
+        {
+            return Ok(CallToolResponse::Complete(settled));
+        }
+        match self.attempt(qualified, arguments.clone()).await? {
+            Attempt::Done(result) => Ok(CallToolResponse::Complete(result)),
+            Attempt::SignIn { server, error } => {
+                self.sign_in(&server, &error, qualified, arguments, handoff)
+                    .await
+            }
+        }
+    }
+
+    /// Looks the tool up, checks its arguments and calls its server.
+    async fn attempt(
+        &self,
+        qualified: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Attempt, McpError> {
+        let mut catalog = self.gateway.catalog();
+        if catalog.get(qualified).is_none() {
+            // The tools of an OAuth server not signed in to were never listed: try it now, and
+            // if it still wants a sign-in, hand one out rather than say "unknown tool".
+            let Some(server) = self.oauth_server_without_tools(&catalog, qualified) else {
+                return Err(McpError::invalid_params(
+                    meta::unknown_tool_message(&catalog, qualified),
+                    None,
+                ));
+            };
+            match server.refresh_tools().await {
+                Ok(_) => {
+                    self.gateway.refresh_catalog().await;
+                    catalog = self.gateway.catalog();
+                }
+                Err(error) if needs_sign_in(&server, &error) => {
+                    return Ok(Attempt::SignIn { server, error });
+                }
+                Err(error) => return Ok(Attempt::Done(result::upstream_failure(&error))),
+            }
+        }
         let Some(entry) = catalog.get(qualified) else {
             return Err(McpError::invalid_params(
                 meta::unknown_tool_message(&catalog, qualified),
                 None,
             ));
         };
-        let Some(server) = self.gateway.upstreams().get(&entry.server) else {
-            return Ok(result::tool_error(format!(
+        let Some(server) = self.gateway.upstreams().get(&entry.server).cloned() else {
+            return Ok(Attempt::Done(result::tool_error(format!(
                 "server '{}' is not configured any more",
                 entry.server
-            )));
+            ))));
         };
         // Invalid arguments come back as a tool error the model can read and correct
         // (SEP-1303), before anything reaches the upstream.
@@ -93,20 +236,159 @@ impl Front {
             }
             Ok(_) => {}
             Err(errors) => {
-                return Ok(result::tool_error(format!(
+                return Ok(Attempt::Done(result::tool_error(format!(
                     "invalid arguments for '{qualified}' (nothing was sent to the server):\n{errors}"
-                )));
+                ))));
             }
         }
         let upstream_name = entry.upstream_name.clone();
         let server_name = entry.server.clone();
         drop(catalog);
         match server.call_tool(&upstream_name, arguments).await {
-            Ok(response) => Ok(result::from_upstream(&server_name, response)),
+            Ok(response) => Ok(Attempt::Done(result::from_upstream(&server_name, response))),
+            Err(error) if needs_sign_in(&server, &error) => {
+                tracing::info!(server = %server_name, tool = %upstream_name, "tool call needs a sign-in");
+                Ok(Attempt::SignIn { server, error })
+            }
             Err(error) => {
                 tracing::warn!(server = %server_name, tool = %upstream_name, %error, "tool call failed");
-                Ok(result::upstream_failure(&error))
+                Ok(Attempt::Done(result::upstream_failure(&error)))
             }
+        }
+    }
+
+    /// The server behind `qualified` (`server__tool`) when it is configured for OAuth and none
+    /// of its tools is in `catalog`: never listed (no sign-in yet), or listed a moment ago and
+    /// not yet published.
+    fn oauth_server_without_tools(
+        &self,
+        catalog: &catalog::Catalog,
+        qualified: &str,
+    ) -> Option<Arc<Server>> {
+        let (name, _) = qualified.split_once(catalog::naming::SEPARATOR)?;
+        let server = self.gateway.upstreams().get(name)?;
+        let oauth = matches!(server.config().auth, config::Auth::OAuth(_));
+        let listed = catalog.tools().iter().any(|tool| tool.server == name);
+        (oauth && !listed).then(|| server.clone())
+    }
+
+    /// Hands the user a sign-in to `server` and, where the client allows, waits for it and runs
+    /// the call.
+    async fn sign_in(
+        &self,
+        server: &Arc<Server>,
+        error: &UpstreamError,
+        qualified: &str,
+        arguments: Option<Map<String, Value>>,
+        handoff: &Handoff,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = server.name();
+        let complete = |result| Ok(CallToolResponse::Complete(result));
+        if !self.logins.available() {
+            // No listener for the browser to come back to: whatever the client could take,
+            // the server's own failure says what to run.
+            return complete(result::upstream_failure(error));
+        }
+        let (peer, ct) = match handoff {
+            Handoff::Text => return complete(self.sign_in_text(server, error)),
+            Handoff::Elicit { peer, ct } => (peer, ct),
+            Handoff::InputRequired { .. } => {
+                let serial = self.logins.watch(name).borrow().serial;
+                let started = match self.logins.begin(&self.gateway, name).await {
+                    Ok(started) => started,
+                    Err(why) => return complete(not_started(error, &why)),
+                };
+                let request = InputRequest::Elicitation(ElicitRequest::new(
+                    ElicitRequestParams::UrlElicitationParams {
+                        meta: None,
+                        message: sign_in_message(name, qualified),
+                        url: started.authorization_url,
+                        elicitation_id: elicitation_id(name, serial),
+                    },
+                ));
+                return Ok(CallToolResponse::InputRequired(InputRequiredResult::new(
+                    Some(BTreeMap::from([(login::SIGNIN_INPUT.to_owned(), request)])),
+                    Some(login::request_state(name, serial)),
+                )));
+            }
+        };
+
+        let mut finished = self.logins.watch(name);
+        let serial = finished.borrow().serial;
+        let started = match self.logins.begin(&self.gateway, name).await {
+            Ok(started) => started,
+            Err(why) => return complete(not_started(error, &why)),
+        };
+        let url = match url::Url::parse(&started.authorization_url) {
+            Ok(url) => url,
+            Err(_) => return complete(open_this(error, name, &started.authorization_url)),
+        };
+        let remaining = started.deadline.saturating_duration_since(Instant::now());
+        let asking = peer.elicit_url_with_timeout(
+            sign_in_message(name, qualified),
+            url,
+            elicitation_id(name, serial),
+            Some(remaining),
+        );
+        let answer = tokio::select! {
+            answer = asking => answer,
+            () = ct.cancelled() => return complete(not_signed_in(name, Waited::Cancelled)),
+        };
+        match answer {
+            Ok(ElicitationAction::Accept) => {}
+            Ok(action) => return complete(refused(name, &action)),
+            Err(why) => {
+                tracing::warn!(server = name, error = %why, "the client did not take the sign-in elicitation");
+                return complete(open_this(error, name, &started.authorization_url));
+            }
+        }
+        match login::wait_for_sign_in(&mut finished, serial, started.deadline, ct).await {
+            Waited::SignedIn => match self.attempt(qualified, arguments).await? {
+                Attempt::Done(result) => complete(result),
+                Attempt::SignIn { server, error } => complete(self.sign_in_text(&server, &error)),
+            },
+            other => complete(not_signed_in(name, other)),
+        }
+    }
+
+    /// The retry of a call that asked a 2026-07-28 client for a sign-in: waits for the sign-in
+    /// it accepted. `None` lets the call go ahead (signed in, or a `requestState` that is not
+    /// ours, or not about this tool's server: then the call runs as if new).
+    async fn settle_retry(
+        &self,
+        qualified: &str,
+        retry: &Retry,
+        ct: &CancellationToken,
+    ) -> Option<CallToolResult> {
+        let (name, serial) = login::parse_request_state(&retry.request_state)?;
+        let tool_server = match self.gateway.catalog().get(qualified) {
+            Some(entry) => entry.server.clone(),
+            None => qualified
+                .split_once(catalog::naming::SEPARATOR)?
+                .0
+                .to_owned(),
+        };
+        if tool_server != name {
+            return None;
+        }
+        match retry.answer.as_ref()? {
+            ElicitationAction::Accept => {}
+            action => return Some(refused(name, action)),
+        }
+        let mut finished = self.logins.watch(name);
+        let deadline = Instant::now() + LOGIN_TTL;
+        match login::wait_for_sign_in(&mut finished, serial, deadline, ct).await {
+            Waited::SignedIn => None,
+            other => Some(not_signed_in(name, other)),
+        }
+    }
+
+    /// The tool error a client that cannot take an elicitation gets: the server's failure and,
+    /// where the gateway can take the browser's return, a link that starts the sign-in.
+    fn sign_in_text(&self, server: &Server, error: &UpstreamError) -> CallToolResult {
+        match self.logins.start_link(self.gateway.config(), server.name()) {
+            Some(link) => open_this(error, server.name(), &link),
+            None => result::upstream_failure(error),
         }
     }
 
@@ -114,26 +396,28 @@ impl Front {
         &self,
         name: &str,
         arguments: Map<String, Value>,
-    ) -> Result<CallToolResult, McpError> {
+        handoff: &Handoff,
+    ) -> Result<CallToolResponse, McpError> {
         let catalog = self.gateway.catalog();
+        let complete = |result| Ok(CallToolResponse::Complete(result));
         match name {
             meta::SEARCH_TOOLS => {
                 let search = match meta::parse_search(&catalog, &arguments) {
                     Ok(search) => search,
-                    Err(error) => return Ok(error),
+                    Err(error) => return complete(error),
                 };
                 drop(catalog);
                 let found = self.gateway.search(&search).await;
-                Ok(meta::render_search(
+                complete(meta::render_search(
                     &self.gateway.catalog(),
                     &search,
                     &found,
                 ))
             }
-            meta::GET_TOOL_DETAILS => Ok(meta::details(&catalog, &arguments)),
+            meta::GET_TOOL_DETAILS => complete(meta::details(&catalog, &arguments)),
             meta::CALL_TOOL => {
                 let Some(target) = arguments.get("name").and_then(Value::as_str) else {
-                    return Ok(result::tool_error("call_tool needs a 'name' string"));
+                    return complete(result::tool_error("call_tool needs a 'name' string"));
                 };
                 let inner = match arguments.get("arguments") {
                     None | Some(Value::Null) => None,
@@ -145,18 +429,82 @@ impl Front {
                         ));
                     }
                 };
-                if catalog.get(target).is_none() {
-                    return Ok(meta::unknown_tool(&catalog, target));
+                if catalog.get(target).is_none()
+                    && self.oauth_server_without_tools(&catalog, target).is_none()
+                {
+                    return complete(meta::unknown_tool(&catalog, target));
                 }
                 drop(catalog);
-                self.call_catalog_tool(target, inner).await
+                self.call_catalog(target, inner, handoff).await
             }
             _ => unreachable_meta(name),
         }
     }
 }
 
-fn unreachable_meta(name: &str) -> Result<CallToolResult, McpError> {
+/// Whether `error` from `server` is one a sign-in cures: the server is configured for OAuth
+/// (mcpgw knows how to sign in to it) and answered 401 without a usable token.
+fn needs_sign_in(server: &Server, error: &UpstreamError) -> bool {
+    matches!(error, UpstreamError::OAuthRequired { .. })
+        && matches!(server.config().auth, config::Auth::OAuth(_))
+}
+
+/// What the user is shown with the sign-in URL.
+fn sign_in_message(server: &str, tool: &str) -> String {
+    format!(
+        "mcpgw needs you to sign in to the MCP server '{server}' to run {tool}. Open the link to \
+         authorise mcpgw for '{server}'; the call goes on once you are signed in."
+    )
+}
+
+/// Unique per server and sign-in round (2025-11-25 requires one; 2026-07-28 dropped it).
+fn elicitation_id(server: &str, serial: u64) -> String {
+    format!("mcpgw-signin-{server}-{serial}")
+}
+
+/// The server's failure, then the URL to open. The failure comes first: it also names
+/// `mcpgw auth login`, the way that works without this link.
+fn open_this(error: &UpstreamError, server: &str, url: &str) -> CallToolResult {
+    result::tool_error(format!(
+        "tool call failed: {error}\nOpen this URL to authorise mcpgw for server '{server}':\n{url}\nthen call the tool again."
+    ))
+}
+
+fn not_started(error: &UpstreamError, why: &login::LoginError) -> CallToolResult {
+    tracing::warn!(%why, "cannot hand out a sign-in");
+    result::tool_error(format!(
+        "tool call failed: {error}\n(mcpgw could not start the sign-in itself: {why})"
+    ))
+}
+
+/// The user said no to the sign-in (`decline`), or dismissed it (`cancel`).
+fn refused(server: &str, action: &ElicitationAction) -> CallToolResult {
+    let what = match action {
+        ElicitationAction::Decline => "declined",
+        _ => "cancelled",
+    };
+    result::tool_error(format!(
+        "signing in to '{server}' was {what}, so the tool was not called; call it again to be asked again"
+    ))
+}
+
+fn not_signed_in(server: &str, waited: Waited) -> CallToolResult {
+    result::tool_error(match waited {
+        Waited::SignedIn => format!("signed in to '{server}'"),
+        Waited::Failed(reason) => format!(
+            "signing in to '{server}' failed ({reason}), so the tool was not called; call it again to get a new sign-in link"
+        ),
+        Waited::TimedOut => format!(
+            "no sign-in to '{server}' arrived within {} minutes, so the tool was not called; call it again to get a new sign-in link",
+            LOGIN_TTL.as_secs() / 60
+        ),
+        Waited::Cancelled => format!(
+            "the call was cancelled while waiting for the sign-in to '{server}'; the tool was not called"
+        ),
+    })
+}
+
+fn unreachable_meta(name: &str) -> Result<CallToolResponse, McpError> {
     Err(McpError::invalid_params(
         format!("unknown tool '{name}'"),
         None,
@@ -189,21 +537,21 @@ impl ServerHandler for Front {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let handoff = Handoff::of(&request, &context);
         let name = request.name.as_ref();
         let is_meta = matches!(
             name,
             meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS | meta::CALL_TOOL
         );
-        let result = if is_meta && self.exposure() == config::Exposure::Search {
-            self.call_meta(name, request.arguments.unwrap_or_default())
-                .await?
+        if is_meta && self.exposure() == config::Exposure::Search {
+            self.call_meta(name, request.arguments.unwrap_or_default(), &handoff)
+                .await
         } else {
             // Qualified names are also callable directly in search mode: clients that cached a
             // name from get_tool_details may call it as a normal tool.
-            self.call_catalog_tool(name, request.arguments).await?
-        };
-        Ok(CallToolResponse::Complete(result))
+            self.call_catalog(name, request.arguments, &handoff).await
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! The upstream OAuth client's persistence over the store: [`StoreOAuth`].
+//! OAuth for upstreams on the gateway's side: persistence over the store ([`StoreOAuth`]), the
+//! sign-ins the gateway starts itself ([`login`]), and the small pieces `mcpgw auth` shares with
+//! them (which servers can be signed in to, the status document, the browser's page).
 //!
 //! Tokens are kept per (server, principal), each principal seeing the store through its own
 //! [`StoreOAuth`]; client registrations per (issuer, redirect URI), shared by every server and
@@ -9,9 +11,12 @@
 //! The store crate knows nothing of OAuth libraries, so this adapter lives here, where both
 //! are in reach: rmcp's credential record is serialised as the store's opaque document.
 
+pub mod login;
+
 use std::{
+    fmt,
     sync::{Arc, LazyLock},
-    time::{Duration, UNIX_EPOCH},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use async_trait::async_trait;
@@ -19,9 +24,10 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use store::Store;
 use upstream::oauth::{
-    ClientRegistration, CredentialRefreshGuard, OAuthError, OAuthStore, RefreshLocks,
-    RegistrationMethod, StoredCredentials, TokenResponse,
+    ClientRegistration, CredentialRefreshGuard, CredentialStatus, OAuthError, OAuthStore,
+    RefreshLocks, RegistrationMethod, StoredCredentials, TokenResponse,
 };
+use url::Url;
 
 /// Whose credentials these are. A gateway shared by several people will keep one set of tokens
 /// per user; until downstream identity exists, everything belongs to [`Principal::local`].
@@ -222,6 +228,130 @@ impl OAuthStore for StoreOAuth {
         let key = format!("{server}\0{}", self.principal.as_str());
         Ok(Some(REFRESH_LOCKS.acquire(&key).await))
     }
+}
+
+/// Why a name does not name a server mcpgw can sign in to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAnOAuthServer {
+    /// No server of that name; `oauth_servers` are the ones that could be meant.
+    Unknown {
+        name: String,
+        oauth_servers: Vec<String>,
+    },
+    NotOAuth {
+        name: String,
+    },
+    NotHttp {
+        name: String,
+    },
+}
+
+impl fmt::Display for NotAnOAuthServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unknown {
+                name,
+                oauth_servers,
+            } if oauth_servers.is_empty() => {
+                write!(f, "no server named '{name}' (none is configured for OAuth)")
+            }
+            Self::Unknown {
+                name,
+                oauth_servers,
+            } => write!(
+                f,
+                "no server named '{name}' (configured for OAuth: {})",
+                oauth_servers.join(", ")
+            ),
+            Self::NotOAuth { name } => write!(
+                f,
+                "server '{name}' is not configured for OAuth (hint: give it auth = {{ type = \"oauth\" }})"
+            ),
+            Self::NotHttp { name } => write!(
+                f,
+                "server '{name}' does not use the http transport, which OAuth needs"
+            ),
+        }
+    }
+}
+
+/// The URL and OAuth settings of server `name`, which must be an `http` server configured for
+/// OAuth: what `mcpgw auth login` and the gateway's own sign-ins start from.
+pub fn oauth_server<'a>(
+    config: &'a config::Config,
+    name: &str,
+) -> Result<(&'a Url, &'a config::OAuthConfig), NotAnOAuthServer> {
+    let Some(server) = config.server(name) else {
+        return Err(NotAnOAuthServer::Unknown {
+            name: name.to_owned(),
+            oauth_servers: oauth_servers(config).map(|s| s.name.to_string()).collect(),
+        });
+    };
+    let config::Auth::OAuth(oauth) = &server.auth else {
+        return Err(NotAnOAuthServer::NotOAuth {
+            name: name.to_owned(),
+        });
+    };
+    // Validation allows oauth only on Streamable HTTP.
+    let config::Transport::Http(http) = &server.transport else {
+        return Err(NotAnOAuthServer::NotHttp {
+            name: name.to_owned(),
+        });
+    };
+    Ok((&http.url, oauth))
+}
+
+/// Every server configured for OAuth, in configuration order.
+pub fn oauth_servers(config: &config::Config) -> impl Iterator<Item = &config::ServerConfig> {
+    config
+        .servers
+        .iter()
+        .filter(|s| matches!(s.auth, config::Auth::OAuth(_)))
+}
+
+/// One server's sign-in as `mcpgw auth status --json` and `GET /oauth/status` show it: what
+/// was granted, by whom, until when; never a token.
+pub fn status_json(name: &str, status: &CredentialStatus) -> serde_json::Value {
+    let now = unix_seconds(SystemTime::now());
+    let expires_at = status.expires_at.map(unix_seconds);
+    serde_json::json!({
+        "server": name,
+        "logged_in": status.logged_in(),
+        "issuer": status.issuer,
+        "client_id": status.client_id,
+        "registration": status.registration,
+        "scopes": status.scopes,
+        "has_refresh_token": status.has_refresh_token,
+        "expires_at": expires_at,
+        "expires_in_s": expires_at.map(|at| at - now),
+    })
+}
+
+/// Seconds since the Unix epoch, negative before it.
+pub fn unix_seconds(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The page a browser is shown when it comes back from the authorization server: one
+/// paragraph of `text`, escaped (it may quote what the authorization server sent).
+pub fn browser_page(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            c => escaped.push(c),
+        }
+    }
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcpgw</title></head>\n<body><p>{escaped}</p></body></html>\n"
+    )
 }
 
 #[cfg(test)]
@@ -446,5 +576,17 @@ mod tests {
             .expect("put");
         let oauth = StoreOAuth::new(store, Principal::local());
         assert!(oauth.credentials("docs").await.expect("load").is_none());
+    }
+
+    #[test]
+    fn the_browser_page_escapes_what_it_quotes() {
+        let page = browser_page("failed: the authorization server answered `<script>&'\"`");
+        assert!(
+            page.contains(
+                "failed: the authorization server answered `&lt;script&gt;&amp;&#39;&quot;`"
+            ),
+            "{page}"
+        );
+        assert!(!page.contains("<script>"));
     }
 }

@@ -1,4 +1,5 @@
-//! The two listeners: stdio (one client, the local user) and Streamable HTTP (`/mcp`).
+//! The two listeners: stdio (one client, the local user) and Streamable HTTP (`/mcp`, with
+//! `/healthz` and the sign-in endpoints `/oauth/*` beside it).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -12,7 +13,10 @@ use rmcp::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{Front, Gateway};
+use crate::{
+    Front, Gateway,
+    oauth::login::{self, Logins},
+};
 
 /// Largest request body accepted on `/mcp`; larger ones get 413.
 pub const MAX_REQUEST_BODY_BYTES: usize = 5 * 1024 * 1024;
@@ -20,7 +24,8 @@ pub const MAX_REQUEST_BODY_BYTES: usize = 5 * 1024 * 1024;
 /// Serves one client over stdin/stdout until it disconnects or `shutdown` fires.
 /// Nothing but protocol may be written to stdout: logging goes to stderr (set up by the cli).
 pub async fn serve_stdio(gateway: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let front = Front::new(gateway);
+    // The browser has nowhere to come back to: sign-ins go through `mcpgw auth login`.
+    let front = Front::new(gateway, Arc::new(Logins::without_listener()));
     let running = front
         .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
         .await
@@ -37,7 +42,9 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let local: SocketAddr = listener.local_addr()?;
+    let logins = Arc::new(Logins::for_listener(local, gateway.config()));
     let factory_gateway = gateway.clone();
+    let factory_logins = logins.clone();
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES);
@@ -47,11 +54,12 @@ pub async fn serve_http(
         mcp_config = mcp_config.disable_allowed_hosts();
     }
     let service = StreamableHttpService::new(
-        move || Ok(Front::new(factory_gateway.clone())),
+        move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
         Arc::new(LocalSessionManager::default()),
         mcp_config,
     );
     let health_gateway = gateway.clone();
+    // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::map_response(transport_errors_as_json_rpc))
@@ -61,7 +69,8 @@ pub async fn serve_http(
                 let gateway = health_gateway.clone();
                 async move { Json(health(&gateway)) }
             }),
-        );
+        )
+        .merge(login::routes(gateway.clone(), logins));
     tracing::info!(%local, "serving MCP over Streamable HTTP at http://{local}/mcp");
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })

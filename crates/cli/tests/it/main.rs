@@ -7,6 +7,8 @@ mod clients;
 mod faults;
 mod harness;
 mod naming;
+mod network;
 mod oauth;
 mod search;
+mod signin;
 mod upstreams;

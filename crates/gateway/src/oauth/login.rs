@@ -1,0 +1,1034 @@
+//! Sign-ins the gateway starts itself, for its one principal (`local`): from `GET /oauth/start`,
+//! or when a tool call meets an OAuth server without a usable token. The browser comes back to
+//! the gateway's own HTTP listener (`/oauth/callback`), which finishes the login and stores the
+//! tokens where every upstream request reads them.
+//!
+//! - A login's `state` is single use and refused after [`LOGIN_TTL`]. It carries no secret: the
+//!   PKCE verifier never leaves this process ([`MemoryLoginStates`] and the pending session).
+//! - The endpoints are served only on a loopback listener. Clients do not identify themselves
+//!   yet (issue 5), so on a shared address anyone who reaches it could sign the gateway in to
+//!   their own account, or watch the sign-ins; there they answer 403 and say why, and tool calls
+//!   point at `mcpgw auth login` instead. Every request must also name a loopback `Host`: a web
+//!   page must not reach them through a DNS name rebound to 127.0.0.1.
+//! - Finished logins are announced per server ([`Logins::watch`]), so a tool call that handed
+//!   out a sign-in link can wait for it and resume.
+//!
+//! Nothing here logs a token, code or verifier; authorisation URLs are not logged either.
+
+use std::{
+    collections::HashMap,
+    fmt,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant, SystemTime},
+};
+
+use axum::{
+    Json, Router,
+    extract::{RawQuery, State},
+    http::{HeaderMap, StatusCode, Uri, header},
+    response::{Html, IntoResponse, Response},
+    routing::get,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use upstream::oauth::{
+    LOGIN_TTL, LoginCallback, MemoryLoginStates, OAuthSettings, PendingLogin, RefreshLocks,
+    ServerCredentials, StateStore, finish_login, start_login,
+};
+use url::Url;
+
+use super::{
+    NotAnOAuthServer, StoreOAuth, browser_page, oauth_server, oauth_servers, unix_seconds,
+};
+use crate::Gateway;
+
+/// Where the browser comes back to, unless a server's configuration names its own
+/// `redirect_uri` on the gateway's address.
+pub const CALLBACK_PATH: &str = "/oauth/callback";
+const START_PATH: &str = "/oauth/start";
+const STATUS_PATH: &str = "/oauth/status";
+/// Paths a configured `redirect_uri` cannot take over.
+const RESERVED_PATHS: &[&str] = &["/mcp", "/healthz", START_PATH, STATUS_PATH];
+
+/// Most logins waiting for their browser at once; the oldest is dropped beyond this, so a
+/// client that keeps starting logins cannot grow the table.
+const MAX_PENDING: usize = 32;
+/// A waiting login is handed out again rather than a new one started while it is younger than
+/// this, so that a burst of calls (or reloads of `/oauth/start`) shares one login.
+const REUSE_FOR: Duration = Duration::from_secs(LOGIN_TTL.as_secs() / 2);
+/// Longest discovery and client registration may take when a login starts.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The key of the sign-in request in an `input_required` result's `inputRequests`.
+pub(crate) const SIGNIN_INPUT: &str = "signin";
+const REQUEST_STATE_PREFIX: &str = "mcpgw-signin:";
+
+/// The sign-ins of one gateway: logins waiting for their browser, and what became of them.
+pub struct Logins {
+    site: Result<Site, Unavailable>,
+    /// rmcp's record of each started login (the PKCE verifier): memory only, it never needs to
+    /// outlive the process that will receive the callback.
+    states: Arc<dyn StateStore>,
+    pending: Mutex<Table<PendingLogin>>,
+    finished: Mutex<HashMap<String, watch::Sender<Finished>>>,
+    /// One login start per server at a time: concurrent calls share the first one's login.
+    starting: RefreshLocks,
+}
+
+/// Why this gateway cannot take a browser's return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// Serving stdio: there is no HTTP listener.
+    NoListener,
+    /// The HTTP listener is on a network address (see the module documentation).
+    NotLoopback,
+}
+
+impl Unavailable {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::NoListener => {
+                "this gateway has no HTTP listener for the browser to come back to; sign in with `mcpgw auth login NAME`"
+            }
+            Self::NotLoopback => {
+                "sign-in through the gateway is served only on a loopback address: clients do not identify themselves yet, so on a shared address anyone who reaches it could sign the gateway in to their own account. Sign in with `mcpgw auth login NAME` on the gateway's machine"
+            }
+        }
+    }
+}
+
+/// The listener the browser comes back to.
+#[derive(Clone, Debug)]
+struct Site {
+    addr: SocketAddr,
+    /// Paths of configured `redirect_uri`s on this address other than [`CALLBACK_PATH`].
+    extra_paths: Vec<String>,
+}
+
+impl Site {
+    fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Whether a browser sent to `uri` arrives at this listener, on a path it serves.
+    fn serves(&self, uri: &Url) -> bool {
+        let host_ok = match uri.host() {
+            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip) == self.addr.ip(),
+            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip) == self.addr.ip(),
+            Some(url::Host::Domain(name)) => {
+                name.eq_ignore_ascii_case("localhost") && self.addr.ip().is_loopback()
+            }
+            None => false,
+        };
+        host_ok
+            && uri.scheme() == "http"
+            && uri.port_or_known_default() == Some(self.addr.port())
+            && !RESERVED_PATHS.contains(&uri.path())
+    }
+}
+
+/// A login handed out: the URL to open and how long it is good for.
+#[derive(Clone, Debug)]
+pub struct Started {
+    pub server: String,
+    pub authorization_url: String,
+    pub redirect_uri: String,
+    pub expires_at: SystemTime,
+    /// When [`Started::expires_at`] passes, on the monotonic clock.
+    pub deadline: Instant,
+}
+
+/// Why a sign-in could not be started.
+#[derive(Debug)]
+pub enum LoginError {
+    Unavailable(Unavailable),
+    NotOAuth(NotAnOAuthServer),
+    NoStore,
+    /// The server's configured `redirect_uri` leads somewhere this gateway does not listen.
+    ForeignRedirect {
+        server: String,
+        redirect_uri: String,
+        origin: String,
+    },
+    Start {
+        server: String,
+        reason: String,
+    },
+}
+
+impl fmt::Display for LoginError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unavailable(why) => f.write_str(why.reason()),
+            Self::NotOAuth(why) => write!(f, "{why}"),
+            Self::NoStore => f.write_str(
+                "the database that keeps sign-ins could not be opened (see the warning at startup)",
+            ),
+            Self::ForeignRedirect {
+                server,
+                redirect_uri,
+                origin,
+            } => write!(
+                f,
+                "server '{server}' is configured with redirect_uri = \"{redirect_uri}\", which this gateway ({origin}) does not serve; sign in with `mcpgw auth login {server}`"
+            ),
+            Self::Start { server, reason } => {
+                write!(f, "cannot start the sign-in to '{server}': {reason}")
+            }
+        }
+    }
+}
+
+impl LoginError {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::Unavailable(_) => StatusCode::FORBIDDEN,
+            Self::NotOAuth(NotAnOAuthServer::Unknown { .. }) => StatusCode::NOT_FOUND,
+            Self::NotOAuth(_) => StatusCode::BAD_REQUEST,
+            Self::NoStore => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ForeignRedirect { .. } => StatusCode::CONFLICT,
+            Self::Start { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+/// What became of one server's logins so far. `serial` counts finished logins (either way);
+/// `signed_in` is the serial of the last that succeeded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Finished {
+    pub(crate) serial: u64,
+    signed_in: u64,
+    failure: Option<String>,
+}
+
+/// How a wait for a sign-in ended.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Waited {
+    SignedIn,
+    Failed(String),
+    TimedOut,
+    Cancelled,
+}
+
+impl Logins {
+    /// Sign-ins whose browser comes back to the HTTP listener at `addr`; unavailable unless
+    /// `addr` is a loopback address. Configured redirect URIs on `addr` are served as well.
+    pub fn for_listener(addr: SocketAddr, config: &config::Config) -> Self {
+        let site = if addr.ip().is_loopback() {
+            let mut site = Site {
+                addr,
+                extra_paths: Vec::new(),
+            };
+            site.extra_paths = oauth_servers(config)
+                .filter_map(|server| match &server.auth {
+                    config::Auth::OAuth(oauth) => oauth.redirect_uri.clone(),
+                    _ => None,
+                })
+                .filter(|uri| site.serves(uri) && uri.path() != CALLBACK_PATH)
+                .map(|uri| uri.path().to_owned())
+                .collect();
+            Ok(site)
+        } else {
+            Err(Unavailable::NotLoopback)
+        };
+        Self::new(site)
+    }
+
+    /// No sign-ins through the gateway (stdio).
+    pub fn without_listener() -> Self {
+        Self::new(Err(Unavailable::NoListener))
+    }
+
+    fn new(site: Result<Site, Unavailable>) -> Self {
+        Self {
+            site,
+            states: Arc::new(MemoryLoginStates::default()),
+            pending: Mutex::new(Table::default()),
+            finished: Mutex::new(HashMap::new()),
+            starting: RefreshLocks::default(),
+        }
+    }
+
+    /// Whether this gateway can take a browser's return, and so hand out sign-ins.
+    pub fn available(&self) -> bool {
+        self.site.is_ok()
+    }
+
+    /// The link that starts a sign-in to `server` when opened in a browser: nothing is started
+    /// (or registered with the authorization server) until someone opens it, and it does not
+    /// expire. `None` when this gateway cannot take the browser's return (for this server: its
+    /// configured `redirect_uri` may lead elsewhere).
+    pub fn start_link(&self, config: &config::Config, server: &str) -> Option<String> {
+        let site = self.site.as_ref().ok()?;
+        if let Ok((_, oauth)) = oauth_server(config, server)
+            && let Some(configured) = &oauth.redirect_uri
+            && !site.serves(configured)
+        {
+            return None;
+        }
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("server", server)
+            .append_pair("redirect", "1")
+            .finish();
+        Some(format!("{}{START_PATH}?{query}", site.origin()))
+    }
+
+    /// Starts a login to `server` for the local principal, or hands out the one already waiting
+    /// for its browser if it is young enough.
+    pub async fn begin(&self, gateway: &Gateway, server: &str) -> Result<Started, LoginError> {
+        let site = self
+            .site
+            .as_ref()
+            .map_err(|why| LoginError::Unavailable(*why))?;
+        let (url, oauth) = oauth_server(gateway.config(), server).map_err(LoginError::NotOAuth)?;
+        let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
+        let start_error = |reason: String| LoginError::Start {
+            server: server.to_owned(),
+            reason,
+        };
+        let default_redirect = format!("{}{CALLBACK_PATH}", site.origin());
+        let mut settings = OAuthSettings::from_config(server, oauth, &default_redirect)
+            .map_err(|e| start_error(e.to_string()))?;
+        // Discovery and registration run under the server's network policy, as its requests do.
+        let private = gateway
+            .config()
+            .server(server)
+            .is_some_and(|s| s.allow_private_network);
+        settings.policy = Arc::new(gateway.network.for_server(server, private));
+        let redirect_uri = Url::parse(&settings.redirect_uri)
+            .map_err(|_| start_error("the redirect URI is not a URL".to_owned()))?;
+        if !site.serves(&redirect_uri) {
+            return Err(LoginError::ForeignRedirect {
+                server: server.to_owned(),
+                redirect_uri: settings.redirect_uri.clone(),
+                origin: site.origin(),
+            });
+        }
+
+        let _one_start_per_server = self.starting.acquire(server).await;
+        if let Some(started) = self.pending().reusable(server, Instant::now()) {
+            return Ok(started);
+        }
+        let credentials = ServerCredentials::new(StoreOAuth::local(store), server);
+        let starting = start_login(
+            url.as_str(),
+            &settings,
+            &credentials,
+            self.states.clone(),
+            None,
+        );
+        let (authorization_url, login) = tokio::time::timeout(START_TIMEOUT, starting)
+            .await
+            .map_err(|_| {
+                start_error(format!(
+                    "discovery and registration took over {} s",
+                    START_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(|e| start_error(e.to_string()))?;
+        let state = query_param(&authorization_url, "state")
+            .ok_or_else(|| start_error("the authorization URL carries no state".to_owned()))?;
+        let pending = Pending {
+            server: server.to_owned(),
+            state,
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+            authorization_url,
+            redirect_uri: settings.redirect_uri.clone(),
+            login,
+        };
+        let started = pending.started();
+        self.pending().insert(pending, Instant::now());
+        tracing::info!(
+            server,
+            redirect_uri = %settings.redirect_uri,
+            "sign-in started; waiting up to {} minutes for the browser",
+            LOGIN_TTL.as_secs() / 60
+        );
+        Ok(started)
+    }
+
+    /// The announcements of `server`'s finished logins. The receiver has seen the current
+    /// value: [`wait_for_sign_in`] with its `serial` waits for the next login to finish.
+    pub(crate) fn watch(&self, server: &str) -> watch::Receiver<Finished> {
+        lock(&self.finished)
+            .entry(server.to_owned())
+            .or_insert_with(|| watch::channel(Finished::default()).0)
+            .subscribe()
+    }
+
+    fn announce(&self, server: &str, outcome: Result<(), String>) {
+        let mut finished = lock(&self.finished);
+        let sender = finished
+            .entry(server.to_owned())
+            .or_insert_with(|| watch::channel(Finished::default()).0);
+        sender.send_modify(|f| {
+            f.serial += 1;
+            match outcome {
+                Ok(()) => {
+                    f.signed_in = f.serial;
+                    f.failure = None;
+                }
+                Err(reason) => f.failure = Some(reason),
+            }
+        });
+    }
+
+    /// The browser's return: finishes the login its `state` names, once, and says how it went
+    /// on a page for the browser. A successful sign-in reconnects the server in the background,
+    /// so its tools join the catalog if they were never listed.
+    pub async fn finish(
+        &self,
+        gateway: &Arc<Gateway>,
+        path: &str,
+        query: &str,
+    ) -> (StatusCode, String) {
+        let Some(state) = url::form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "state")
+            .map(|(_, v)| v.into_owned())
+        else {
+            return (
+                StatusCode::BAD_REQUEST,
+                browser_page(
+                    "This is where the browser comes back after signing in to a server behind mcpgw; this request carries no sign-in.",
+                ),
+            );
+        };
+        let Some(pending) = self.pending().take(&state, Instant::now()) else {
+            return (
+                StatusCode::BAD_REQUEST,
+                browser_page(&format!(
+                    "This sign-in is unknown, already used or expired: a sign-in link works once, for {} minutes. Start it again.",
+                    LOGIN_TTL.as_secs() / 60
+                )),
+            );
+        };
+        let server = pending.server.clone();
+        let outcome = match Url::parse(&pending.redirect_uri) {
+            Ok(mut url) if url.path() == path => {
+                url.set_query(Some(query));
+                finish_login(pending.login, LoginCallback::Url(url.into()))
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            _ => Err(format!(
+                "the browser came back to {path}, not to the redirect URI of this sign-in"
+            )),
+        };
+        self.announce(&server, outcome.as_ref().map(drop).map_err(Clone::clone));
+        match outcome {
+            Ok(outcome) => {
+                tracing::info!(server, scopes = %outcome.scopes.join(" "), "signed in");
+                if let Some(upstream) = gateway.upstreams().get(&server).cloned() {
+                    let gateway = gateway.clone();
+                    tokio::spawn(async move {
+                        if upstream.refresh_tools().await.is_ok() {
+                            gateway.refresh_catalog().await;
+                        }
+                    });
+                }
+                (
+                    StatusCode::OK,
+                    browser_page(&format!("Signed in to '{server}'. You can close this tab.")),
+                )
+            }
+            Err(reason) => {
+                tracing::warn!(server, %reason, "sign-in failed");
+                (
+                    StatusCode::BAD_REQUEST,
+                    browser_page(&format!(
+                        "Signing in to '{server}' failed: {reason}. You can close this tab."
+                    )),
+                )
+            }
+        }
+    }
+
+    /// Every server configured for OAuth with its sign-in (never a token), and whether a login
+    /// is waiting for its browser.
+    pub async fn status(&self, gateway: &Gateway) -> Result<Vec<Value>, LoginError> {
+        let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
+        let oauth = StoreOAuth::local(store);
+        let mut rows = Vec::new();
+        for server in oauth_servers(gateway.config()) {
+            let name = server.name.as_str();
+            let mut row = match ServerCredentials::new(oauth.clone(), name).status().await {
+                Ok(status) => super::status_json(name, &status),
+                Err(error) => json!({"server": name, "error": error.to_string()}),
+            };
+            row["login_pending"] = json!(self.pending().waiting(name, Instant::now()));
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Table<PendingLogin>> {
+        lock(&self.pending)
+    }
+
+    /// Whether the HTTP edge should refuse this request, and why.
+    fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
+        if let Err(why) = self.site {
+            return Some(why.reason());
+        }
+        if !host_is_loopback(headers) {
+            return Some(
+                "the Host header must name a loopback address (127.0.0.1, [::1] or localhost)",
+            );
+        }
+        None
+    }
+
+    fn is_callback_path(&self, path: &str) -> bool {
+        path == CALLBACK_PATH
+            || self
+                .site
+                .as_ref()
+                .is_ok_and(|site| site.extra_paths.iter().any(|p| p == path))
+    }
+}
+
+/// Waits until a login of the watched server finishes after `after` (a [`Finished::serial`]),
+/// until `deadline`, or until `ct` is cancelled.
+pub(crate) async fn wait_for_sign_in(
+    finished: &mut watch::Receiver<Finished>,
+    after: u64,
+    deadline: Instant,
+    ct: &CancellationToken,
+) -> Waited {
+    loop {
+        {
+            let now = finished.borrow_and_update();
+            if now.signed_in > after {
+                return Waited::SignedIn;
+            }
+            if now.serial > after {
+                return Waited::Failed(now.failure.clone().unwrap_or_default());
+            }
+        }
+        tokio::select! {
+            changed = finished.changed() => if changed.is_err() {
+                return Waited::TimedOut;
+            },
+            () = tokio::time::sleep_until(deadline.into()) => return Waited::TimedOut,
+            () = ct.cancelled() => return Waited::Cancelled,
+        }
+    }
+}
+
+/// The `requestState` of an `input_required` result that asked for a sign-in to `server`
+/// after `serial` logins had finished. A handle, not a credential: it grants nothing (the
+/// retried call is authorised as any other), so a forged one is at worst ignored.
+pub(crate) fn request_state(server: &str, serial: u64) -> String {
+    format!("{REQUEST_STATE_PREFIX}{serial}:{server}")
+}
+
+/// The server and serial of a `requestState` made by [`request_state`].
+pub(crate) fn parse_request_state(state: &str) -> Option<(&str, u64)> {
+    let (serial, server) = state.strip_prefix(REQUEST_STATE_PREFIX)?.split_once(':')?;
+    Some((server, serial.parse().ok()?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting logins
+
+struct Pending<L> {
+    server: String,
+    /// The `state` of the authorization request: the key the callback is matched by.
+    state: String,
+    started: Instant,
+    started_at: SystemTime,
+    authorization_url: String,
+    redirect_uri: String,
+    login: L,
+}
+
+impl<L> Pending<L> {
+    fn started(&self) -> Started {
+        Started {
+            server: self.server.clone(),
+            authorization_url: self.authorization_url.clone(),
+            redirect_uri: self.redirect_uri.clone(),
+            expires_at: self.started_at + LOGIN_TTL,
+            deadline: self.started + LOGIN_TTL,
+        }
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.started) >= LOGIN_TTL
+    }
+}
+
+/// Logins waiting for their browser, oldest first. Generic over the login so that the rules
+/// (single use, expiry, reuse, bound) are tested without an authorization server.
+struct Table<L> {
+    entries: Vec<Pending<L>>,
+}
+
+impl<L> Default for Table<L> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<L> Table<L> {
+    fn purge(&mut self, now: Instant) {
+        self.entries.retain(|p| !p.expired(now));
+    }
+
+    fn insert(&mut self, pending: Pending<L>, now: Instant) {
+        self.purge(now);
+        if self.entries.len() >= MAX_PENDING {
+            self.entries.remove(0);
+        }
+        self.entries.push(pending);
+    }
+
+    /// Removes and returns the live login with this `state`: a second callback finds nothing.
+    fn take(&mut self, state: &str, now: Instant) -> Option<Pending<L>> {
+        self.purge(now);
+        let index = self.entries.iter().position(|p| p.state == state)?;
+        Some(self.entries.remove(index))
+    }
+
+    fn reusable(&self, server: &str, now: Instant) -> Option<Started> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|p| p.server == server && now.saturating_duration_since(p.started) < REUSE_FOR)
+            .map(Pending::started)
+    }
+
+    fn waiting(&self, server: &str, now: Instant) -> bool {
+        self.entries
+            .iter()
+            .any(|p| p.server == server && !p.expired(now))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+type Shared = (Arc<Gateway>, Arc<Logins>);
+
+/// `/oauth/start`, `/oauth/callback` (and any configured redirect path on this address) and
+/// `/oauth/status`.
+pub(crate) fn routes(gateway: Arc<Gateway>, logins: Arc<Logins>) -> Router {
+    Router::new()
+        .route(START_PATH, get(start))
+        .route(CALLBACK_PATH, get(callback))
+        .route(STATUS_PATH, get(status))
+        .fallback(other)
+        .with_state((gateway, logins))
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    (status, no_store(), Json(json!({ "error": message }))).into_response()
+}
+
+fn page(status: StatusCode, html: String) -> Response {
+    (status, no_store(), Html(html)).into_response()
+}
+
+fn no_store() -> [(header::HeaderName, &'static str); 1] {
+    [(header::CACHE_CONTROL, "no-store")]
+}
+
+/// `GET /oauth/start?server=NAME[&redirect=1]`: a sign-in URL as JSON, or a redirect to it.
+async fn start(
+    State((gateway, logins)): State<Shared>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    if let Some(why) = logins.refusal(&headers) {
+        return json_error(StatusCode::FORBIDDEN, why);
+    }
+    let params: HashMap<String, String> =
+        url::form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .into_owned()
+            .collect();
+    let Some(server) = params.get("server").filter(|s| !s.is_empty()) else {
+        return json_error(
+            StatusCode::BAD_REQUEST,
+            "name the server to sign in to: /oauth/start?server=NAME",
+        );
+    };
+    let redirect = params
+        .get("redirect")
+        .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
+    match logins.begin(&gateway, server).await {
+        Ok(started) if redirect => (
+            StatusCode::FOUND,
+            [
+                (header::LOCATION, started.authorization_url),
+                (header::CACHE_CONTROL, "no-store".to_owned()),
+            ],
+        )
+            .into_response(),
+        Ok(started) => {
+            let expires_at = unix_seconds(started.expires_at);
+            let now = unix_seconds(SystemTime::now());
+            (
+                no_store(),
+                Json(json!({
+                    "server": started.server,
+                    "authorization_url": started.authorization_url,
+                    "redirect_uri": started.redirect_uri,
+                    "expires_at": expires_at,
+                    "expires_in_s": expires_at - now,
+                })),
+            )
+                .into_response()
+        }
+        Err(error) => {
+            if !matches!(error, LoginError::NotOAuth(_)) {
+                tracing::warn!(server = %server, %error, "sign-in not started");
+            }
+            json_error(error.status(), &error.to_string())
+        }
+    }
+}
+
+/// `GET /oauth/callback?code=...&state=...[&iss=...]`: the browser's return.
+async fn callback(
+    State((gateway, logins)): State<Shared>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    finish_page(&gateway, &logins, &headers, &uri).await
+}
+
+async fn finish_page(
+    gateway: &Arc<Gateway>,
+    logins: &Logins,
+    headers: &HeaderMap,
+    uri: &Uri,
+) -> Response {
+    if let Some(why) = logins.refusal(headers) {
+        return page(StatusCode::FORBIDDEN, browser_page(why));
+    }
+    let (status, html) = logins
+        .finish(gateway, uri.path(), uri.query().unwrap_or_default())
+        .await;
+    page(status, html)
+}
+
+/// `GET /oauth/status`: every OAuth server's sign-in, as `mcpgw auth status --json` shows it.
+async fn status(State((gateway, logins)): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(why) = logins.refusal(&headers) {
+        return json_error(StatusCode::FORBIDDEN, why);
+    }
+    match logins.status(&gateway).await {
+        Ok(rows) => (no_store(), Json(Value::Array(rows))).into_response(),
+        Err(error) => json_error(error.status(), &error.to_string()),
+    }
+}
+
+/// A configured `redirect_uri` on this address with a path of its own; anything else is 404.
+async fn other(
+    State((gateway, logins)): State<Shared>,
+    method: axum::http::Method,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    if method == axum::http::Method::GET && logins.is_callback_path(uri.path()) {
+        return finish_page(&gateway, &logins, &headers, &uri).await;
+    }
+    StatusCode::NOT_FOUND.into_response()
+}
+
+/// Whether the request's `Host` names a loopback address (any port).
+fn host_is_loopback(headers: &HeaderMap) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+fn query_param(url: &str, name: &str) -> Option<String> {
+    Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(server: &str, state: &str, started: Instant) -> Pending<()> {
+        Pending {
+            server: server.to_owned(),
+            state: state.to_owned(),
+            started,
+            started_at: SystemTime::now(),
+            authorization_url: format!("https://as.example/authorize?state={state}"),
+            redirect_uri: "http://127.0.0.1:8931/oauth/callback".to_owned(),
+            login: (),
+        }
+    }
+
+    #[test]
+    fn a_login_state_is_taken_once() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending("docs", "s-1", now), now);
+        assert!(table.take("forged", now).is_none());
+        assert!(table.waiting("docs", now));
+        assert_eq!(
+            table.take("s-1", now).map(|p| p.server).as_deref(),
+            Some("docs")
+        );
+        assert!(table.take("s-1", now).is_none(), "single use");
+        assert!(!table.waiting("docs", now));
+    }
+
+    #[test]
+    fn a_login_state_expires_after_ten_minutes() {
+        let start = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending("docs", "s-1", start), start);
+        let later = start + LOGIN_TTL + Duration::from_secs(1);
+        assert!(!table.waiting("docs", later));
+        assert!(table.take("s-1", later).is_none());
+        assert!(table.entries.is_empty(), "expired logins are dropped");
+    }
+
+    #[test]
+    fn a_young_login_is_handed_out_again_an_older_one_is_not() {
+        let start = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending("docs", "s-1", start), start);
+        let soon = start + Duration::from_secs(60);
+        let again = table.reusable("docs", soon).expect("reused");
+        assert!(again.authorization_url.ends_with("state=s-1"));
+        assert_eq!(again.deadline, start + LOGIN_TTL);
+        assert!(table.reusable("wiki", soon).is_none(), "per server");
+        assert!(table.reusable("docs", start + REUSE_FOR).is_none());
+        // Still waiting (and its callback still accepted) until it expires.
+        assert!(table.waiting("docs", start + REUSE_FOR));
+    }
+
+    #[test]
+    fn waiting_logins_are_bounded_oldest_dropped() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        for i in 0..MAX_PENDING + 3 {
+            table.insert(pending("docs", &format!("s-{i}"), now), now);
+        }
+        assert_eq!(table.entries.len(), MAX_PENDING);
+        assert!(table.take("s-0", now).is_none());
+        assert!(table.take(&format!("s-{}", MAX_PENDING + 2), now).is_some());
+    }
+
+    #[test]
+    fn redirect_uris_served_by_the_listener() {
+        let site = Site {
+            addr: "127.0.0.1:8931".parse().expect("addr"),
+            extra_paths: Vec::new(),
+        };
+        let check = |uri: &str, expect: bool| {
+            assert_eq!(site.serves(&Url::parse(uri).expect("url")), expect, "{uri}");
+        };
+        check("http://127.0.0.1:8931/oauth/callback", true);
+        check("http://localhost:8931/cb", true);
+        check("http://127.0.0.1:8932/oauth/callback", false);
+        check("http://[::1]:8931/oauth/callback", false);
+        check("https://127.0.0.1:8931/oauth/callback", false);
+        check("http://127.0.0.1:8931/mcp", false);
+        check("http://127.0.0.1:8931/oauth/start", false);
+    }
+
+    #[test]
+    fn only_loopback_host_headers_pass() {
+        let check = |host: Option<&str>, expect: bool| {
+            let mut headers = HeaderMap::new();
+            if let Some(host) = host {
+                headers.insert(header::HOST, host.parse().expect("header"));
+            }
+            assert_eq!(host_is_loopback(&headers), expect, "{host:?}");
+        };
+        check(Some("127.0.0.1:8931"), true);
+        check(Some("localhost"), true);
+        check(Some("LOCALHOST:1"), true);
+        check(Some("[::1]:8931"), true);
+        check(Some("127.3.4.5"), true);
+        check(Some("evil.example:8931"), false);
+        check(Some("localhost.evil.example"), false);
+        check(Some("10.0.0.1:8931"), false);
+        check(None, false);
+    }
+
+    #[test]
+    fn request_states_round_trip_and_refuse_others() {
+        let state = request_state("docs", 7);
+        assert_eq!(parse_request_state(&state), Some(("docs", 7)));
+        assert_eq!(parse_request_state("mcpgw-signin:x:docs"), None);
+        assert_eq!(parse_request_state("someone-else"), None);
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_with_the_next_finished_login() {
+        let logins = Logins::without_listener();
+        let ct = CancellationToken::new();
+        let far = Instant::now() + Duration::from_secs(30);
+
+        let mut finished = logins.watch("docs");
+        let after = finished.borrow().serial;
+        logins.announce("wiki", Ok(()));
+        logins.announce(
+            "docs",
+            Err("the authorization server answered `access_denied`".into()),
+        );
+        assert_eq!(
+            wait_for_sign_in(&mut finished, after, far, &ct).await,
+            Waited::Failed("the authorization server answered `access_denied`".into())
+        );
+
+        // A success that happened before the wait began still counts.
+        let after = finished.borrow().serial;
+        logins.announce("docs", Ok(()));
+        assert_eq!(
+            wait_for_sign_in(&mut finished, after, far, &ct).await,
+            Waited::SignedIn
+        );
+
+        // A failure after a success since `after`: the success wins.
+        logins.announce("docs", Err("late".into()));
+        assert_eq!(
+            wait_for_sign_in(&mut finished, after, far, &ct).await,
+            Waited::SignedIn
+        );
+
+        let after = finished.borrow().serial;
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert_eq!(
+            wait_for_sign_in(&mut finished, after, soon, &ct).await,
+            Waited::TimedOut
+        );
+        ct.cancel();
+        assert_eq!(
+            wait_for_sign_in(&mut finished, after, far, &ct).await,
+            Waited::Cancelled
+        );
+    }
+
+    #[test]
+    fn the_start_link_exists_only_with_a_loopback_listener() {
+        let config = config::parse_toml("", std::path::Path::new("t.toml")).expect("config");
+        let local = Logins::for_listener("127.0.0.1:8931".parse().expect("addr"), &config);
+        assert_eq!(
+            local.start_link(&config, "docs").as_deref(),
+            Some("http://127.0.0.1:8931/oauth/start?server=docs&redirect=1")
+        );
+        let shared = Logins::for_listener("10.1.2.3:8931".parse().expect("addr"), &config);
+        assert!(shared.start_link(&config, "docs").is_none());
+        assert!(
+            Logins::without_listener()
+                .start_link(&config, "docs")
+                .is_none()
+        );
+    }
+
+    /// Serves the sign-in routes of a gateway without servers or store, with `logins` built
+    /// for `claimed` (the address the gateway believes it listens on), on a loopback port.
+    async fn serve_routes(claimed: Option<SocketAddr>) -> SocketAddr {
+        let config = config::parse_toml("", std::path::Path::new("t.toml")).expect("config");
+        let gateway = Gateway::new(config, None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let logins = Logins::for_listener(claimed.unwrap_or(addr), gateway.config());
+        let app = routes(gateway, Arc::new(logins));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
+    async fn fetch(addr: SocketAddr, path: &str) -> (u16, String) {
+        let response = reqwest::get(format!("http://{addr}{path}"))
+            .await
+            .expect("reachable");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn a_gateway_on_a_network_address_refuses_every_sign_in_endpoint() {
+        let addr = serve_routes(Some("10.1.2.3:8931".parse().expect("addr"))).await;
+        for path in [
+            "/oauth/start?server=docs",
+            "/oauth/start?server=docs&redirect=1",
+            "/oauth/status",
+            "/oauth/callback?code=c&state=s",
+        ] {
+            let (status, body) = fetch(addr, path).await;
+            assert_eq!(status, 403, "{path}: {body}");
+            assert!(
+                body.contains("served only on a loopback address")
+                    && body.contains("mcpgw auth login"),
+                "{path}: {body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_loopback_gateway_answers_what_it_can() {
+        let addr = serve_routes(None).await;
+        let (status, body) = fetch(addr, "/oauth/start?server=docs").await;
+        assert_eq!(status, 404, "{body}");
+        assert!(
+            body.contains("no server named 'docs' (none is configured for OAuth)"),
+            "{body}"
+        );
+        let (status, body) = fetch(addr, "/oauth/status").await;
+        assert_eq!(status, 503, "no database: {body}");
+        let (status, body) = fetch(addr, "/oauth/callback?code=c&state=forged").await;
+        assert_eq!(status, 400);
+        assert!(body.contains("unknown, already used or expired"), "{body}");
+        let (status, _) = fetch(addr, "/elsewhere").await;
+        assert_eq!(status, 404);
+    }
+
+    #[test]
+    fn a_configured_redirect_uri_on_the_listener_is_served_too() {
+        let toml = r#"
+            [[servers]]
+            name = "docs"
+            auth = { type = "oauth", redirect_uri = "http://127.0.0.1:8931/cb" }
+            transport = { type = "http", url = "https://docs.example/mcp" }
+
+            [[servers]]
+            name = "wiki"
+            auth = { type = "oauth", redirect_uri = "http://127.0.0.1:9999/cb2" }
+            transport = { type = "http", url = "https://wiki.example/mcp" }
+        "#;
+        let config = config::parse_toml(toml, std::path::Path::new("t.toml")).expect("config");
+        let logins = Logins::for_listener("127.0.0.1:8931".parse().expect("addr"), &config);
+        assert!(logins.is_callback_path(CALLBACK_PATH));
+        assert!(logins.is_callback_path("/cb"));
+        assert!(!logins.is_callback_path("/cb2"), "another port: not ours");
+        assert!(!logins.is_callback_path("/mcp"));
+        assert!(logins.start_link(&config, "docs").is_some());
+        assert!(
+            logins.start_link(&config, "wiki").is_none(),
+            "its browser would come back elsewhere"
+        );
+    }
+}
