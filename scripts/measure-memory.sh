@@ -15,6 +15,7 @@
 # Usage: scripts/measure-memory.sh [N_TOOLS]          (default 10000)
 # Env:   MEASURE_READY_TIMEOUT_S   wait for readiness per run (default 1200)
 #        MEASURE_BUILD=1           run `cargo build --release --bin mcpgw` even if the binary exists
+#        MEASURE_RUNS="bm25"       which runs, in order (default "cold warm bm25"; warm needs cold first)
 #        MEASURE_KEEP=1            keep the temp dir (configs, logs, store) and print its path
 # Needs: .peers/venv (scripts/setup-test-env.sh), the model (scripts/fetch-models.sh), curl.
 # Linux only (/proc). The binary is copied into the temp dir so a rebuild during the
@@ -203,9 +204,13 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 echo "binary:  $TARGET/release/mcpgw (built $(date -r "$TARGET/release/mcpgw" '+%F %T %Z'))"
 newer="$(find "$REPO/crates" -name '*.rs' -newer "$TARGET/release/mcpgw" | wc -l)"
 ((newer == 0)) || echo "warning: $newer source file(s) under crates/ are newer than the binary (MEASURE_BUILD=1 rebuilds)"
-run cold hybrid
-run warm hybrid
-run bm25 bm25
+for which in ${MEASURE_RUNS:-cold warm bm25}; do
+  case "$which" in
+    cold | warm) run "$which" hybrid ;;
+    bm25) run bm25 bm25 ;;
+    *) echo "unknown run '$which' in MEASURE_RUNS (cold, warm, bm25)" >&2; exit 2 ;;
+  esac
+done
 
 echo
 echo "mcpgw memory, $N upstream tools (MiB; RSS read 2 s after ready; peak = VmHWM after the search)"

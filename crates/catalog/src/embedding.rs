@@ -51,7 +51,7 @@ impl EmbeddingText {
             lines.push(description.to_string());
         }
         let mut parameters = Vec::new();
-        for (name, schema) in properties(&tool.resolved_input_schema) {
+        for (name, schema) in properties(tool.resolved_input_schema()) {
             parameters.push(parameter(name, schema));
             let nested =
                 properties(schema).chain(schema.get("items").into_iter().flat_map(properties));

@@ -18,14 +18,12 @@ pub struct ToolEntry {
     pub title: Option<String>,
     /// `""` if the upstream sent none.
     pub description: String,
-    /// Verbatim, forwarded as-is.
-    pub input_schema: Value,
-    /// [`schema::resolve`]d, for `get_tool_details`.
-    pub resolved_input_schema: Value,
-    pub output_schema: Option<Value>,
-    pub annotations: Option<Value>,
-    /// The tool object verbatim.
+    /// The tool object verbatim; its schemas and annotations are read from here
+    /// ([`ToolEntry::input_schema`] and friends) rather than copied, because tool JSON
+    /// dominates a large catalog's memory.
     pub raw: Value,
+    /// The [`schema::resolve`]d input schema, only when resolving changed it.
+    resolved: Option<Value>,
     /// cl100k_base tokens of the tool as listed to a client, see [`cost::Listed`].
     pub token_cost: usize,
 }
@@ -86,40 +84,63 @@ impl ToolEntry {
         let upstream_name = upstream_name(raw)?.to_string();
         let input_schema = match tool.get("inputSchema") {
             None => return Err(Error::MissingInputSchema),
-            Some(schema @ Value::Object(_)) => schema.clone(),
+            Some(schema @ Value::Object(_)) => schema,
             Some(_) => return Err(Error::InputSchemaNotObject),
         };
         let qualified = namer.assign(server, &upstream_name);
-        let annotations = tool.get("annotations").filter(|a| a.is_object()).cloned();
+        let annotations = tool.get("annotations").filter(|a| a.is_object());
         let title = string(tool, "title")
-            .or_else(|| annotations.as_ref()?.get("title")?.as_str())
+            .or_else(|| annotations?.get("title")?.as_str())
             .map(str::to_string);
         let description = string(tool, "description").unwrap_or_default().to_string();
-        // A non-object outputSchema is dropped rather than failing the tool: the tool is still
+        // A non-object outputSchema is ignored rather than failing the tool: the tool is still
         // callable, its results just are not described.
-        let output_schema = tool.get("outputSchema").filter(|s| s.is_object()).cloned();
+        let output_schema = tool.get("outputSchema").filter(|s| s.is_object());
         let token_cost = cost::Listed {
             name: &qualified,
             title: title.as_deref(),
             description: &description,
-            input_schema: &input_schema,
-            output_schema: output_schema.as_ref(),
-            annotations: annotations.as_ref(),
+            input_schema,
+            output_schema,
+            annotations,
         }
         .token_cost();
+        let resolved = schema::resolve(input_schema);
         Ok(Self {
-            resolved_input_schema: schema::resolve(&input_schema),
+            resolved: (resolved != *input_schema).then_some(resolved),
             qualified,
             server: server.to_string(),
             upstream_name,
             title,
             description,
-            input_schema,
-            output_schema,
-            annotations,
             raw: raw.clone(),
             token_cost,
         })
+    }
+
+    /// The input schema verbatim, as forwarded and validated against.
+    pub fn input_schema(&self) -> &Value {
+        // `parse` only accepts tools whose `inputSchema` is an object.
+        self.raw.get("inputSchema").unwrap_or(&Value::Null)
+    }
+
+    /// The input schema with `$ref`, `allOf` and friends resolved ([`schema::resolve`]), for
+    /// `get_tool_details` and the search texts.
+    pub fn resolved_input_schema(&self) -> &Value {
+        self.resolved
+            .as_ref()
+            .unwrap_or_else(|| self.input_schema())
+    }
+
+    /// `outputSchema` when it is an object (any other value is ignored: the tool is still
+    /// callable, its results just are not described).
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.raw.get("outputSchema").filter(|s| s.is_object())
+    }
+
+    /// `annotations` when it is an object.
+    pub fn annotations(&self) -> Option<&Value> {
+        self.raw.get("annotations").filter(|a| a.is_object())
     }
 
     /// `annotations.readOnlyHint` as the upstream sent it.
@@ -151,7 +172,7 @@ impl ToolEntry {
     }
 
     fn hint(&self, name: &str) -> Option<bool> {
-        self.annotations.as_ref()?.get(name)?.as_bool()
+        self.annotations()?.get(name)?.as_bool()
     }
 }
 
@@ -353,13 +374,18 @@ mod tests {
         let e = entry(raw.clone()).expect("well-formed");
         assert_eq!(e.title.as_deref(), Some("Nice Title"));
         assert_eq!(e.description, "");
-        assert_eq!(e.output_schema, None);
+        assert_eq!(e.output_schema(), None);
         assert_eq!(e.raw, raw);
         assert_eq!(
-            e.input_schema,
-            json!({"type": "object", "$defs": {"a": {}}})
+            e.input_schema(),
+            &json!({"type": "object", "$defs": {"a": {}}})
         );
-        assert_eq!(e.resolved_input_schema, json!({"type": "object"}));
+        assert_eq!(e.resolved_input_schema(), &json!({"type": "object"}));
+        assert_eq!(e.annotations(), Some(&json!({"title": "Nice Title"})));
+        // A schema that resolving leaves alone is not stored twice.
+        let plain = entry(json!({"name": "t", "inputSchema": {"type": "object"}})).expect("ok");
+        assert!(plain.resolved.is_none());
+        assert_eq!(plain.resolved_input_schema(), plain.input_schema());
         assert!(e.token_cost > 0);
     }
 }

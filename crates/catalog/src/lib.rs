@@ -497,7 +497,7 @@ impl Catalog {
         let (Some(tool), Some(slot)) = (self.tools.get(at), self.validators.get(at)) else {
             return Ok(Validation::UnknownTool);
         };
-        slot.get_or_init(|| ArgumentValidator::new(&tool.input_schema))
+        slot.get_or_init(|| ArgumentValidator::new(tool.input_schema()))
             .validate(arguments)
     }
 

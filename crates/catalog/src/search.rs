@@ -145,7 +145,7 @@ pub(crate) fn document(tool: &ToolEntry, server_description: Option<&str>) -> Do
         fields.push((Field::Description, title.clone()));
     }
     // The resolved view, so parameters behind a `$ref` are searchable too.
-    for (name, schema) in properties(&tool.resolved_input_schema) {
+    for (name, schema) in properties(tool.resolved_input_schema()) {
         push_param(&mut fields, name, schema);
         let nested = properties(schema).chain(schema.get("items").into_iter().flat_map(properties));
         for (name, schema) in nested {

@@ -254,15 +254,15 @@ pub(crate) fn details(catalog: &Catalog, args: &Map<String, Value>) -> CallToolR
         "name": entry.qualified,
         "server": entry.server,
         "description": entry.description,
-        "inputSchema": entry.resolved_input_schema,
+        "inputSchema": entry.resolved_input_schema(),
     });
     if let Some(title) = &entry.title {
         details["title"] = json!(title);
     }
-    if let Some(schema) = &entry.output_schema {
+    if let Some(schema) = entry.output_schema() {
         details["outputSchema"] = schema.clone();
     }
-    if let Some(annotations) = &entry.annotations {
+    if let Some(annotations) = entry.annotations() {
         details["annotations"] = annotations.clone();
     }
     let text = serde_json::to_string_pretty(&details).unwrap_or_default();
