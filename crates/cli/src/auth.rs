@@ -434,7 +434,7 @@ fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {
 }
 
 /// `3 s`, `59 min`, `2 h 5 min`, `3 d`.
-fn duration_words(duration: Duration) -> String {
+pub(crate) fn duration_words(duration: Duration) -> String {
     let s = duration.as_secs();
     match s {
         0..120 => format!("{s} s"),

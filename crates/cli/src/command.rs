@@ -15,7 +15,10 @@ pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Fai
 
 /// Builds the gateway and connects every server, with a progress bar on stderr.
 async fn started_gateway(config: config::Config) -> Arc<Gateway> {
-    let gateway = Gateway::open(config).await;
+    start_gateway(Gateway::open(config).await).await
+}
+
+async fn start_gateway(gateway: Arc<Gateway>) -> Arc<Gateway> {
     let total = gateway.upstreams().servers().len() as u64;
     let bar = render::progress(total, "connecting to servers");
     gateway
@@ -53,7 +56,17 @@ pub(crate) async fn serve(
                 .with_context(|| format!("cannot listen on {addr}"))?,
         )
     };
-    let gateway = started_gateway(config).await;
+    let gateway = Gateway::open(config).await;
+    // Decided before the upstreams connect, so a listener that must not start says so at once.
+    let access = match &listener {
+        Some(listener) => Some(
+            gateway::ClientAccess::decide(&gateway, listener.local_addr()?)
+                .await
+                .map_err(Failure::usage)?,
+        ),
+        None => None,
+    };
+    let gateway = start_gateway(gateway).await;
     for server in gateway.upstreams().servers() {
         let status = server.status();
         match &status.state {
@@ -82,9 +95,11 @@ pub(crate) async fn serve(
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
-    let served = match listener {
-        None => gateway::serve_stdio(gateway.clone(), shutdown.clone()).await,
-        Some(listener) => gateway::serve_http(gateway.clone(), listener, shutdown.clone()).await,
+    let served = match (listener, access) {
+        (Some(listener), Some(access)) => {
+            gateway::serve_http_with(gateway.clone(), listener, access, shutdown.clone()).await
+        }
+        _ => gateway::serve_stdio(gateway.clone(), shutdown.clone()).await,
     };
     shutdown.cancel();
     gateway.shutdown().await;

@@ -4,6 +4,7 @@
 //! configuration. Logs go to stderr, always: on `serve --stdio` stdout carries only protocol.
 
 mod auth;
+mod clients;
 mod command;
 mod eval;
 mod render;
@@ -77,6 +78,11 @@ enum Command {
         #[command(subcommand)]
         command: AuthCommand,
     },
+    /// Manage the clients allowed on the HTTP listener and their API keys.
+    Clients {
+        #[command(subcommand)]
+        command: ClientsCommand,
+    },
     /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
     Eval(eval::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
@@ -129,6 +135,19 @@ enum AuthCommand {
         #[arg(long)]
         forget_client: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum ClientsCommand {
+    /// Create a client and print its API key, once (only its hash is stored).
+    Add { name: String },
+    /// Show every client, when it was added and last used (never a key).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a client; its key stops working at once.
+    Remove { name: String },
 }
 
 #[derive(Subcommand)]
@@ -249,6 +268,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     forget_client,
                 },
         } => auth::logout(config_path, &server, forget_client).await,
+        Command::Clients {
+            command: ClientsCommand::Add { name },
+        } => clients::add(config_path, &name).await,
+        Command::Clients {
+            command: ClientsCommand::List { json },
+        } => clients::list(config_path, json).await,
+        Command::Clients {
+            command: ClientsCommand::Remove { name },
+        } => clients::remove(config_path, &name).await,
         Command::Eval(args) => eval::run(args).await,
     }
 }

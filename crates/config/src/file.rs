@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use crate::{ConfigError, Exposure, Strategy};
+use crate::{ClientAuth, ConfigError, Exposure, Strategy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +40,8 @@ pub(crate) struct GatewayFile {
     /// A string rather than `SocketAddr` so a bad address is a located problem with a hint.
     pub listen: Option<String>,
     pub exposure: Option<Exposure>,
+    pub client_auth: Option<ClientAuth>,
+    pub allow_unauthenticated_loopback: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -269,7 +271,9 @@ mod tests {
     fn unknown_field_in_gateway() {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
-            expect!["mcpgw.toml:3:1: unknown field `port`, expected `listen` or `exposure`"],
+            expect![
+                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `client_auth`, `allow_unauthenticated_loopback`"
+            ],
         );
     }
 

@@ -73,6 +73,13 @@ impl Config {
 pub struct GatewayConfig {
     pub listen: SocketAddr,
     pub exposure: Exposure,
+    /// When HTTP clients must present a key.
+    pub client_auth: ClientAuth,
+    /// Whether a loopback listener may serve without client auth. Defaults to true: on
+    /// loopback every client is a process of some local user, as with stdio, and the first
+    /// `mcpgw serve` must work before any key exists. A network address never serves
+    /// without client auth, whatever this says.
+    pub allow_unauthenticated_loopback: bool,
 }
 
 impl Default for GatewayConfig {
@@ -80,8 +87,23 @@ impl Default for GatewayConfig {
         GatewayConfig {
             listen: DEFAULT_LISTEN,
             exposure: Exposure::default(),
+            client_auth: ClientAuth::default(),
+            allow_unauthenticated_loopback: true,
         }
     }
+}
+
+/// `[gateway] client_auth`: when the HTTP listener requires `Authorization: Bearer <key>`.
+/// (JWTs from an identity provider will be a third value.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    /// Required when at least one client key exists as the listener starts (`mcpgw clients
+    /// add`); then for the listener's whole life, even if every key is removed meanwhile.
+    #[default]
+    Auto,
+    /// Always required: with no key stored, every request is refused until one is added.
+    ApiKey,
 }
 
 /// How upstream tools are shown to a client.

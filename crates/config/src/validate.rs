@@ -326,6 +326,10 @@ impl Validator {
         GatewayConfig {
             listen,
             exposure: file.exposure.unwrap_or(default.exposure),
+            client_auth: file.client_auth.unwrap_or(default.client_auth),
+            allow_unauthenticated_loopback: file
+                .allow_unauthenticated_loopback
+                .unwrap_or(default.allow_unauthenticated_loopback),
         }
     }
 
@@ -1181,6 +1185,27 @@ strategy = "bm25"
                 listen=[::1]:9000 exposure=Passthrough strategy=Hybrid
             "#]],
         );
+    }
+
+    #[test]
+    fn client_auth_fields_default_to_keys_when_stored_and_open_loopback() {
+        let parse = |text: &str| {
+            parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml"))
+                .map(|c| {
+                    (
+                        c.gateway.client_auth,
+                        c.gateway.allow_unauthenticated_loopback,
+                    )
+                })
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(""), Ok((crate::ClientAuth::Auto, true)));
+        assert_eq!(
+            parse("[gateway]\nclient_auth = \"api_key\"\nallow_unauthenticated_loopback = false\n"),
+            Ok((crate::ClientAuth::ApiKey, false))
+        );
+        let bad = parse("[gateway]\nclient_auth = \"jwt\"\n").expect_err("unknown mode");
+        assert!(bad.contains("unknown variant `jwt`"), "{bad}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - Upstream text is marked as data before it reaches a client.
 //! - Errors crossing the MCP edge go through [`front`]'s single mapping; internals never leak.
 
+mod client_auth;
 mod front;
 mod meta;
 pub mod oauth;
@@ -27,9 +28,10 @@ use std::{
 };
 
 use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
+pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
 pub use front::Front;
 pub use semantic::Semantic;
-pub use serve::{serve_http, serve_stdio};
+pub use serve::{serve_http, serve_http_with, serve_stdio};
 use tokio::sync::mpsc;
 use upstream::{ToolsChanged, Upstreams};
 

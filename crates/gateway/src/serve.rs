@@ -1,5 +1,6 @@
 //! The two listeners: stdio (one client, the local user) and Streamable HTTP (`/mcp`, with
-//! `/healthz` and the sign-in endpoints `/oauth/*` beside it).
+//! `/healthz`, the sign-in endpoints `/oauth/*` and the protected-resource metadata beside it;
+//! client keys are checked by `client_auth`).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Front, Gateway,
+    client_auth::{self, ClientAccess},
     oauth::login::{self, Logins},
 };
 
@@ -35,10 +37,23 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, shutdown: CancellationToken) -> 
     Ok(())
 }
 
-/// Serves Streamable HTTP on `listener` until `shutdown` fires.
+/// Serves Streamable HTTP on `listener` until `shutdown` fires, with client auth as
+/// [`ClientAccess::decide`] rules (an error if the listener must not start).
 pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let access = ClientAccess::decide(&gateway, listener.local_addr()?).await?;
+    serve_http_with(gateway, listener, access, shutdown).await
+}
+
+/// [`serve_http`] with client auth already decided (the cli decides before connecting the
+/// upstreams, so a listener that must not start fails at once).
+pub async fn serve_http_with(
+    gateway: Arc<Gateway>,
+    listener: tokio::net::TcpListener,
+    access: ClientAccess,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let local: SocketAddr = listener.local_addr()?;
@@ -50,7 +65,7 @@ pub async fn serve_http(
         .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES);
     if !local.ip().is_loopback() {
         // Host validation guards a loopback listener against DNS rebinding; on a network address
-        // the operator's own Host names are not known yet (client auth arrives with profiles).
+        // the operator's own Host names are not known, and client keys are required there.
         mcp_config = mcp_config.disable_allowed_hosts();
     }
     let service = StreamableHttpService::new(
@@ -71,7 +86,13 @@ pub async fn serve_http(
             }),
         )
         .merge(login::routes(gateway.clone(), logins));
-    tracing::info!(%local, "serving MCP over Streamable HTTP at http://{local}/mcp");
+    let keys = access.requires_keys();
+    let app = client_auth::apply(app, access, local);
+    tracing::info!(
+        %local,
+        client_keys = if keys { "required" } else { "not required (loopback)" },
+        "serving MCP over Streamable HTTP at http://{local}/mcp"
+    );
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -2,7 +2,8 @@
 //!
 //! It holds the embedding cache (`embeddings`) and the OAuth state for upstream servers
 //! (`oauth`: client registrations per authorization server, credentials per server and
-//! principal, pending authorizations), sealed with a secret key (`secrets`). Approvals, pins
+//! principal, pending authorizations), sealed with a secret key (`secrets`), and the clients
+//! of the HTTP listener with the hashes of their API keys (`clients`). Approvals, pins
 //! and the audit log join it as their features land. Callers get domain types, never rows.
 //!
 //! Architecture invariants:
@@ -22,6 +23,7 @@
 //!   file), so the embedding cache works with no key at all. Key material is zeroized on drop
 //!   and appears in no `Debug` output, error or log; nor does any stored value.
 
+mod clients;
 mod embeddings;
 mod oauth;
 mod secrets;
@@ -31,6 +33,7 @@ mod secrets;
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_embeddings.sql"),
     include_str!("../migrations/0002_oauth.sql"),
+    include_str!("../migrations/0003_clients.sql"),
 ];
 
 use std::path::{Path, PathBuf};
@@ -40,6 +43,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+pub use clients::{CLIENT_KEY_PREFIX, ClientInfo, is_valid_client_name};
 pub use embeddings::{TextHash, text_hash};
 pub use oauth::{AUTH_STATE_TTL, AuthState, ClientRegistration, CredentialStatus, Credentials};
 pub use secrets::{KeySource, SECRET_KEY_FILE, SECRET_KEY_VAR};
@@ -90,6 +94,10 @@ pub enum StoreError {
     MalformedMetadata { issuer: String },
     #[error("the operating system's random number generator failed")]
     Random,
+    #[error("a client named '{name}' already exists; remove it first to issue a new key")]
+    ClientExists { name: String },
+    #[error("'{name}' is not a valid client name: use 1 to 64 of letters, digits, '_', '.', '-'")]
+    InvalidClientName { name: String },
     #[error("cannot encrypt a value for {table}")]
     Seal { table: &'static str },
 }

@@ -409,14 +409,14 @@ fn ttl_seconds() -> i64 {
     AUTH_STATE_TTL.as_secs() as i64
 }
 
-fn unix_seconds(time: SystemTime) -> i64 {
+pub(crate) fn unix_seconds(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
         Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
     }
 }
 
-fn from_unix_seconds(seconds: i64) -> SystemTime {
+pub(crate) fn from_unix_seconds(seconds: i64) -> SystemTime {
     let offset = Duration::from_secs(seconds.unsigned_abs());
     let time = if seconds >= 0 {
         UNIX_EPOCH.checked_add(offset)
@@ -1302,9 +1302,10 @@ mod tests {
                 .put_embeddings("m", &[(hash, vec![0.5])])
                 .await
                 .expect("put");
-            // Back to the schema as released with only the embedding cache.
+            // Back to the schema as released with only the embedding cache (later migrations
+            // dropped too).
             sqlx::raw_sql(
-                "DROP TABLE oauth_clients; DROP TABLE oauth_credentials; DROP TABLE oauth_states;
+                "DROP TABLE oauth_clients; DROP TABLE oauth_credentials; DROP TABLE oauth_states; DROP TABLE clients;
                  PRAGMA user_version = 1;",
             )
             .execute(&store.pool)

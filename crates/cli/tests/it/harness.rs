@@ -217,6 +217,11 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn start(config: ConfigDir) -> Gateway {
+        Self::start_with_log(config, "info")
+    }
+
+    /// [`Gateway::start`] with the log filter `filter` (`RUST_LOG`).
+    pub fn start_with_log(config: ConfigDir, filter: &str) -> Gateway {
         let port = free_port();
         let log = config.dir.path().join("mcpgw.log");
         let log_file = std::fs::File::create(&log).expect("log file");
@@ -226,7 +231,7 @@ impl Gateway {
                 .args(["serve", "--config"])
                 .arg(&config.path)
                 .args(["--listen", &format!("127.0.0.1:{port}")])
-                .env("RUST_LOG", "info")
+                .env("RUST_LOG", filter)
                 .stdout(Stdio::null())
                 .stderr(log_file),
         );

@@ -3,6 +3,7 @@
 mod auth_headers;
 mod bad_input;
 mod cli;
+mod client_keys;
 mod clients;
 mod faults;
 mod harness;

@@ -1,0 +1,323 @@
+//! Who is calling over HTTP: client API keys on `/mcp` and `/oauth/*`, the principal each
+//! request runs as, and the rule for when the listener may start without them.
+//!
+//! - Enforcement is decided once, as the listener starts ([`ClientAccess::decide`]): keys are
+//!   required when `[gateway] client_auth = "api_key"`, or when at least one client key is
+//!   stored. Once required they stay required for the listener's life, so removing the last
+//!   key closes the gateway rather than opening it.
+//! - Without keys the listener starts only on loopback, and only while
+//!   `allow_unauthenticated_loopback` (default true) holds; its requests run as
+//!   [`Principal::Local`], like stdio's.
+//! - Keys are looked up per request (hashed, compared in constant time: see `store::clients`),
+//!   so a removed key stops working at once. `/healthz`, the protected-resource metadata and
+//!   the browser's return to `/oauth/callback` (protected by its single-use `state`) stay open.
+//! - A key never reaches a log line, an error or a response; the client's name does.
+
+use std::{fmt, net::SocketAddr, sync::Arc};
+
+use anyhow::bail;
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::json;
+
+use crate::{Gateway, oauth::login::CALLBACK_PATH};
+
+/// Where the protected-resource metadata (RFC 9728) is served. Clients that construct the
+/// well-known URL for `/mcp` themselves use the path-inserted form, served as well.
+pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+
+/// JSON-RPC error code of a 401 body (implementation-defined server error range).
+const UNAUTHORIZED_CODE: i64 = -32001;
+
+/// Who a request comes from. Stdio and an unauthenticated loopback listener serve the local
+/// user; an HTTP request with a key serves the client the key was issued to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Principal {
+    Local,
+    /// A client added with `mcpgw clients add NAME`.
+    Client(String),
+}
+
+impl Principal {
+    /// A stable identifier to key per-principal state by (OAuth tokens, audit): `local`, or
+    /// `client:NAME`, so no client name can collide with the local user.
+    pub fn id(&self) -> String {
+        match self {
+            Principal::Local => "local".to_owned(),
+            Principal::Client(name) => format!("client:{name}"),
+        }
+    }
+
+    /// The principal of an MCP request, from its rmcp request context's extensions: the
+    /// HTTP listener puts it into the request's `http::request::Parts`, which rmcp hands on.
+    /// A request without one (stdio) is the local user's.
+    pub fn of(extensions: &rmcp::model::Extensions) -> Principal {
+        extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .cloned()
+            .unwrap_or(Principal::Local)
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.id())
+    }
+}
+
+/// Whether HTTP requests must carry a client key, decided as the listener starts.
+#[derive(Clone, Debug)]
+pub enum ClientAccess {
+    /// No keys: every request is the local user's (loopback only).
+    Open,
+    /// `Authorization: Bearer <key>` required, looked up in this store.
+    Keys(store::Store),
+}
+
+impl ClientAccess {
+    /// Applies the start rule for a listener on `addr`, or says why it must not start.
+    pub async fn decide(gateway: &Gateway, addr: SocketAddr) -> anyhow::Result<ClientAccess> {
+        let settings = &gateway.config().gateway;
+        let Some(store) = gateway.store() else {
+            // Whether keys exist cannot be known: fail closed rather than serve openly a
+            // gateway its operator meant to protect.
+            bail!(
+                "refusing to serve HTTP on {addr}: the database holding the client keys could not be opened (see the warning above); fix `[store] path`, or serve over stdio with `mcpgw serve --stdio`"
+            );
+        };
+        let required = settings.client_auth == config::ClientAuth::ApiKey
+            || store.has_clients().await.map_err(|error| {
+                anyhow::anyhow!(
+                    "refusing to serve HTTP on {addr}: cannot read the client keys: {error}"
+                )
+            })?;
+        if required {
+            return Ok(ClientAccess::Keys(store.clone()));
+        }
+        if !addr.ip().is_loopback() {
+            bail!(
+                "refusing to serve HTTP on {addr} without client authentication: anyone who can reach that address could use every configured server. Create a client key with `mcpgw clients add NAME` (clients then send `Authorization: Bearer <key>`), or listen on a loopback address such as 127.0.0.1"
+            );
+        }
+        if !settings.allow_unauthenticated_loopback {
+            bail!(
+                "refusing to serve HTTP on {addr} without client authentication: `[gateway] allow_unauthenticated_loopback` is false. Create a client key with `mcpgw clients add NAME`, or set it to true"
+            );
+        }
+        Ok(ClientAccess::Open)
+    }
+
+    pub fn requires_keys(&self) -> bool {
+        matches!(self, ClientAccess::Keys(_))
+    }
+}
+
+/// The metadata routes, and `layer`, which authenticates the requests that need it.
+pub(crate) fn apply(app: Router, access: ClientAccess, local: SocketAddr) -> Router {
+    let shared = Arc::new((access, local));
+    let metadata = {
+        let shared = shared.clone();
+        move |headers: HeaderMap| {
+            let shared = shared.clone();
+            async move { Json(resource_metadata(&base_url(&headers, shared.1))) }
+        }
+    };
+    app.route(RESOURCE_METADATA_PATH, get(metadata.clone()))
+        .route(&format!("{RESOURCE_METADATA_PATH}/mcp"), get(metadata))
+        .layer(axum::middleware::from_fn_with_state(shared, authenticate))
+}
+
+/// The protected-resource metadata: the resource is the `/mcp` URL. No
+/// `authorization_servers`: RFC 9728 makes the member optional, and with API keys there is
+/// no authorization server to send a client to (keys are issued out of band); listing one
+/// would send OAuth-capable clients into a sign-in that cannot succeed.
+fn resource_metadata(base: &str) -> serde_json::Value {
+    json!({
+        "resource": format!("{base}/mcp"),
+        "resource_name": "mcpgw",
+        "bearer_methods_supported": ["header"],
+    })
+}
+
+/// Whether a request to `path` must name its client: the MCP endpoint and the sign-in
+/// endpoints, except the browser's return from the authorization server.
+fn requires_client(path: &str) -> bool {
+    path == "/mcp"
+        || path.starts_with("/mcp/")
+        || (path.starts_with("/oauth/") && path != CALLBACK_PATH)
+}
+
+async fn authenticate(
+    State(shared): State<Arc<(ClientAccess, SocketAddr)>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let (access, local) = &*shared;
+    if !requires_client(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let principal = match access {
+        ClientAccess::Open => Principal::Local,
+        ClientAccess::Keys(store) => {
+            let base = base_url(request.headers(), *local);
+            let Some(presented) = bearer(request.headers()) else {
+                return unauthorized(&base, Refusal::Missing);
+            };
+            match store.authenticate_client(presented).await {
+                Ok(Some(name)) => Principal::Client(name),
+                Ok(None) => return unauthorized(&base, Refusal::Invalid),
+                Err(error) => {
+                    tracing::error!(%error, "cannot check a client key");
+                    return json_rpc_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "the gateway cannot check client keys right now; try again",
+                    );
+                }
+            }
+        }
+    };
+    tracing::debug!(%principal, method = %request.method(), path = request.uri().path(), "request");
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+#[derive(Clone, Copy)]
+enum Refusal {
+    Missing,
+    Invalid,
+}
+
+fn unauthorized(base: &str, refusal: Refusal) -> Response {
+    let metadata = format!("{base}{RESOURCE_METADATA_PATH}");
+    let (challenge, message) = match refusal {
+        Refusal::Missing => (
+            format!("Bearer resource_metadata=\"{metadata}\""),
+            "this gateway requires a client key: send the header `Authorization: Bearer <key>`; the operator creates keys with `mcpgw clients add NAME`",
+        ),
+        Refusal::Invalid => (
+            format!(
+                "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"unknown or removed client key\""
+            ),
+            "the client key is not valid (unknown or removed): ask the operator for a key (`mcpgw clients add NAME`)",
+        ),
+    };
+    let mut response = json_rpc_error(StatusCode::UNAUTHORIZED, message);
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+fn json_rpc_error(status: StatusCode, message: &str) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": UNAUTHORIZED_CODE, "message": message},
+    });
+    (status, Json(body)).into_response()
+}
+
+/// The key of an `Authorization: Bearer <key>` header (scheme case-insensitive, RFC 9110).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = value.split_once(' ')?;
+    let key = key.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
+}
+
+/// `http://HOST` as the client addressed the gateway, from its `Host` header when that is a
+/// plain host and port (it is quoted into a header), else the listener's own address.
+fn base_url(headers: &HeaderMap, local: SocketAddr) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'[' | b']')
+                })
+        });
+    match host {
+        Some(host) => format!("http://{host}"),
+        None => format!("http://{local}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_mcp_and_sign_in_endpoints_need_a_client() {
+        for path in ["/mcp", "/mcp/", "/oauth/start", "/oauth/status"] {
+            assert!(requires_client(path), "{path}");
+        }
+        for path in [
+            "/healthz",
+            "/oauth/callback",
+            RESOURCE_METADATA_PATH,
+            "/.well-known/oauth-protected-resource/mcp",
+            "/mcpx",
+        ] {
+            assert!(!requires_client(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_bearer_key_is_read_from_the_authorization_header_only() {
+        let check = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_str(value).expect("header value"),
+            );
+            bearer(&headers).map(str::to_owned)
+        };
+        assert_eq!(check("Bearer mcpgw_abc").as_deref(), Some("mcpgw_abc"));
+        assert_eq!(check("bearer  mcpgw_abc ").as_deref(), Some("mcpgw_abc"));
+        assert_eq!(check("Basic mcpgw_abc"), None);
+        assert_eq!(check("Bearer "), None);
+        assert_eq!(check("mcpgw_abc"), None);
+        assert_eq!(bearer(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn the_metadata_url_uses_a_plain_host_or_the_listener() {
+        let local: SocketAddr = "127.0.0.1:8931".parse().expect("address");
+        let with_host = |host: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                header::HOST,
+                HeaderValue::from_str(host).expect("header value"),
+            );
+            base_url(&headers, local)
+        };
+        assert_eq!(with_host("gw.example:443"), "http://gw.example:443");
+        assert_eq!(with_host("[::1]:80"), "http://[::1]:80");
+        assert_eq!(with_host("evil\"x"), "http://127.0.0.1:8931");
+        assert_eq!(base_url(&HeaderMap::new(), local), "http://127.0.0.1:8931");
+        assert_eq!(
+            resource_metadata("http://gw.example")["resource"],
+            "http://gw.example/mcp"
+        );
+    }
+
+    #[test]
+    fn principals_have_distinct_ids() {
+        assert_eq!(Principal::Local.id(), "local");
+        assert_eq!(Principal::Client("local".into()).id(), "client:local");
+        assert_eq!(
+            Principal::of(&rmcp::model::Extensions::new()),
+            Principal::Local
+        );
+    }
+}
