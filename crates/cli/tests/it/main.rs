@@ -10,6 +10,7 @@ mod harness;
 mod naming;
 mod network;
 mod oauth;
+mod oauth_fixture;
 mod search;
 mod signin;
 mod upstreams;

@@ -18,102 +18,11 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::oauth_fixture::OAuthServer;
 
-/// Access tokens live this long, so the test can wait one out.
+/// Access tokens live this long: short, so refreshes ahead of expiry happen during the test
+/// too.
 const TOKEN_TTL_S: u64 = 3;
-
-/// A running oauth_server.py.
-struct Fixture {
-    _proc: Proc,
-    port: u16,
-    /// One JSON line per /mcp request, with the bearer token it carried.
-    log: PathBuf,
-}
-
-impl Fixture {
-    fn start(dir: &Path) -> Fixture {
-        let port = free_port();
-        let log = dir.join("oauth-mcp.jsonl");
-        let proc = Proc::spawn(
-            "oauth_server.py",
-            Command::new(venv_bin("python"))
-                .arg(repo_root().join("tests/fixtures/oauth_server.py"))
-                .args(["--port", &port.to_string()])
-                .args(["--token-ttl", &TOKEN_TTL_S.to_string()])
-                .arg("--log")
-                .arg(&log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        );
-        let fixture = Fixture {
-            _proc: proc,
-            port,
-            log,
-        };
-        wait_until("oauth_server.py to answer", Duration::from_secs(20), || {
-            reqwest::blocking::get(fixture.endpoint("/test/requests"))
-                .is_ok_and(|r| r.status().is_success())
-        });
-        fixture
-    }
-
-    fn endpoint(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// Every request the server has seen (not counting these reads).
-    fn requests(&self) -> Vec<Value> {
-        reqwest::blocking::get(self.endpoint("/test/requests"))
-            .and_then(|r| r.json())
-            .expect("the fixture's request list")
-    }
-
-    fn control(&self, path: &str) {
-        let response = reqwest::blocking::Client::new()
-            .post(self.endpoint(path))
-            .send()
-            .expect("fixture control");
-        assert!(response.status().is_success(), "{path}: {response:?}");
-    }
-
-    /// How many token requests of `grant_type` the server has answered.
-    fn grants(&self, grant_type: &str) -> usize {
-        self.requests()
-            .iter()
-            .filter(|r| r["path"] == "/token" && r["form"]["grant_type"] == grant_type)
-            .count()
-    }
-
-    fn registrations(&self) -> usize {
-        self.requests()
-            .iter()
-            .filter(|r| r["path"] == "/register" && r["method"] == "POST")
-            .count()
-    }
-
-    /// Every secret the server has seen from mcpgw: access tokens (from its log), refresh
-    /// tokens, authorization codes and PKCE verifiers (from token requests).
-    fn secrets_seen(&self) -> Vec<String> {
-        let mut secrets: Vec<String> = std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter_map(|entry| entry["token"].as_str().map(str::to_owned))
-            .collect();
-        for request in self.requests() {
-            if request["path"] == "/token" {
-                for field in ["refresh_token", "code", "code_verifier", "client_secret"] {
-                    if let Some(value) = request["form"][field].as_str() {
-                        secrets.push(value.to_owned());
-                    }
-                }
-            }
-        }
-        secrets.sort();
-        secrets.dedup();
-        secrets
-    }
-}
 
 /// Runs mcpgw once with a debug log (so that the log cap, not the default level, keeps secrets
 /// out) and without a secret key variable (so that the key file is used).
@@ -324,7 +233,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 #[test]
 fn oauth_login_refresh_revoke_and_relogin_without_leaking_tokens() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = Fixture::start(dir.path());
+    let fixture = OAuthServer::start(dir.path(), Some(TOKEN_TTL_S));
     let config = write_config(&format!(
         "[[servers]]\nname = \"docs\"\ntimeout_s = 10\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", url = \"{}\" }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
         fixture.endpoint("/mcp")
@@ -394,7 +303,7 @@ fn oauth_login_refresh_revoke_and_relogin_without_leaking_tokens() {
 
     // (e) Once the access token has expired, the next call refreshes it, once.
     let refreshes = fixture.grants("refresh_token");
-    std::thread::sleep(Duration::from_secs(TOKEN_TTL_S + 1));
+    fixture.control("/test/expire-access");
     let whoami = gateway.whoami();
     assert!(
         result_text(&whoami).contains(r#""user": "alice""#),

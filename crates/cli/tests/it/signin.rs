@@ -11,106 +11,14 @@
 //!   answers by itself, and the retry returns the real result;
 //! - `/oauth/status` shows the sign-in and never a token; the endpoints refuse what they should.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::oauth_fixture::OAuthServer;
 
-/// A running oauth_server.py. (tests/it/oauth.rs has a fuller one, private to that module.)
-struct Fixture {
-    _proc: Proc,
-    port: u16,
-    /// One JSON line per /mcp request, with the bearer token it carried.
-    log: PathBuf,
-}
-
-impl Fixture {
-    fn start(dir: &Path) -> Fixture {
-        let port = free_port();
-        let log = dir.join("oauth-mcp.jsonl");
-        let proc = Proc::spawn(
-            "oauth_server.py",
-            Command::new(venv_bin("python"))
-                .arg(repo_root().join("tests/fixtures/oauth_server.py"))
-                .args(["--port", &port.to_string()])
-                .arg("--log")
-                .arg(&log)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-        );
-        let fixture = Fixture {
-            _proc: proc,
-            port,
-            log,
-        };
-        wait_until("oauth_server.py to answer", Duration::from_secs(20), || {
-            reqwest::blocking::get(fixture.endpoint("/test/requests"))
-                .is_ok_and(|r| r.status().is_success())
-        });
-        fixture
-    }
-
-    fn endpoint(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        reqwest::blocking::get(self.endpoint("/test/requests"))
-            .and_then(|r| r.json())
-            .expect("the fixture's request list")
-    }
-
-    fn control(&self, path: &str) {
-        let response = reqwest::blocking::Client::new()
-            .post(self.endpoint(path))
-            .send()
-            .expect("fixture control");
-        assert!(response.status().is_success(), "{path}: {response:?}");
-    }
-
-    /// Drops every refresh token and expires every access token: the next call finds the grant
-    /// dead, and the gateway deletes the tokens.
-    fn revoke_grant(&self) {
-        self.control("/test/revoke-refresh");
-        self.control("/test/expire-access");
-    }
-
-    fn registrations(&self) -> usize {
-        self.requests()
-            .iter()
-            .filter(|r| r["path"] == "/register" && r["method"] == "POST")
-            .count()
-    }
-
-    /// Access tokens (from its log), refresh tokens, codes and verifiers (from token requests).
-    fn secrets_seen(&self) -> Vec<String> {
-        let mut secrets: Vec<String> = std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .filter_map(|entry| entry["token"].as_str().map(str::to_owned))
-            .collect();
-        for request in self.requests() {
-            if request["path"] == "/token" {
-                for field in ["refresh_token", "code", "code_verifier", "client_secret"] {
-                    if let Some(value) = request["form"][field].as_str() {
-                        secrets.push(value.to_owned());
-                    }
-                }
-            }
-        }
-        secrets.sort();
-        secrets.dedup();
-        secrets
-    }
-}
-
-fn docs_config(fixture: &Fixture) -> ConfigDir {
+fn docs_config(fixture: &OAuthServer) -> ConfigDir {
     write_config(&format!(
         "[[servers]]\nname = \"docs\"\ntimeout_s = 10\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", url = \"{}\" }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
         fixture.endpoint("/mcp")
@@ -190,7 +98,7 @@ fn assert_no_secret(secrets: &[String], haystack: &str, what: &str) {
 #[test]
 fn signin_link_for_a_client_without_elicitation_then_the_call_works() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = Fixture::start(dir.path());
+    let fixture = OAuthServer::start(dir.path(), None);
     let gateway = Gateway::start(docs_config(&fixture));
     let (_, before) = oauth_status(&gateway);
     assert_eq!(before["server"], "docs", "{before}");
@@ -325,7 +233,7 @@ fn signin_link_for_a_client_without_elicitation_then_the_call_works() {
 #[test]
 fn signin_by_url_elicitation_resumes_the_call_in_both_eras() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = Fixture::start(dir.path());
+    let fixture = OAuthServer::start(dir.path(), None);
     let gateway = Gateway::start(docs_config(&fixture));
     let url = gateway.url();
 
@@ -411,7 +319,7 @@ fn signin_by_url_elicitation_resumes_the_call_in_both_eras() {
 #[test]
 fn signin_is_not_offered_by_a_stdio_gateway() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let fixture = Fixture::start(dir.path());
+    let fixture = OAuthServer::start(dir.path(), None);
     let config = docs_config(&fixture);
     // Even to a client that takes URL elicitations: the browser would have nowhere to return.
     let report = py_client_stdio_with(&config, &["--elicit", "open:user=bob"], whoami_script());
