@@ -307,9 +307,12 @@ impl Gateway {
         catalog
     }
 
-    /// Ends every upstream session and child process.
+    /// Ends every upstream session and child process, then closes the store.
     pub async fn shutdown(&self) {
         self.upstreams.shutdown().await;
+        if let Some(store) = &self.store {
+            store.close().await;
+        }
     }
 }
 

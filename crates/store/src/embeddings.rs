@@ -104,6 +104,30 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn closing_leaves_everything_in_the_database_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mcpgw.db");
+        let store = Store::open(&path).await.expect("store");
+        store
+            .put_embeddings("m1", &[(text_hash("read a file"), vec![1.0, 0.5])])
+            .await
+            .expect("put");
+        store.close().await;
+        let wal = dir.path().join("mcpgw.db-wal");
+        assert!(
+            std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+            "the write-ahead log is checkpointed"
+        );
+        let bytes = std::fs::read(&path).expect("database file");
+        assert!(
+            bytes
+                .windows(b"embeddings".len())
+                .any(|w| w == b"embeddings"),
+            "the schema is in the database file itself"
+        );
+    }
+
+    #[tokio::test]
     async fn embeddings_round_trip_per_model() {
         let store = Store::open_in_memory().await.expect("store");
         let a = text_hash("read a file");

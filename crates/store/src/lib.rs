@@ -110,6 +110,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// Closes every connection, waiting for those in use. The last one to close checkpoints
+    /// the write-ahead log into the database file, so a stopped gateway leaves one complete
+    /// file behind. Later calls on this store (or its clones) fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// Opens (creating if needed) the database at `path` and applies pending migrations.
     /// Secrets use [`KeySource::beside`] `path`: `$MCPGW_SECRET_KEY`, else `secret.key` in the
     /// database's directory.
