@@ -13,6 +13,7 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::oauth_fixture::OAuthServer;
 
 fn mcpgw_cmd(args: &[&str], config: &ConfigDir) -> Output {
     Command::new(mcpgw())
@@ -160,26 +161,6 @@ fn a_loopback_server_is_reached_once_allowed_by_the_allowlist_or_its_own_switch(
     );
 }
 
-/// oauth_server.py with its authorization server on a second port.
-fn split_oauth_server() -> (Proc, u16, u16) {
-    let (port, as_port) = (free_port(), free_port());
-    let proc = Proc::spawn(
-        "oauth_server.py --split",
-        Command::new(venv_bin("python"))
-            .arg(repo_root().join("tests/fixtures/oauth_server.py"))
-            .args(["--port", &port.to_string()])
-            .args(["--split", &as_port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    wait_until("oauth_server.py to answer", Duration::from_secs(20), || {
-        reqwest::blocking::get(format!("http://127.0.0.1:{port}/test/requests"))
-            .is_ok_and(|r| r.status().is_success())
-            && port_open(as_port)
-    });
-    (proc, port, as_port)
-}
-
 fn oauth_config(port: u16, allow: &[String]) -> ConfigDir {
     let allow: Vec<String> = allow.iter().map(|entry| format!("{entry:?}")).collect();
     write_config_without_allowlist(&format!(
@@ -188,21 +169,11 @@ fn oauth_config(port: u16, allow: &[String]) -> ConfigDir {
     ))
 }
 
-/// Paths the OAuth fixture saw requests for, on either port.
-fn fixture_paths(port: u16) -> Vec<String> {
-    let requests: Vec<Value> =
-        reqwest::blocking::get(format!("http://127.0.0.1:{port}/test/requests"))
-            .and_then(|r| r.json())
-            .expect("the fixture's request list");
-    requests
-        .iter()
-        .filter_map(|r| r["path"].as_str().map(str::to_owned))
-        .collect()
-}
-
 #[test]
 fn oauth_metadata_pointing_at_an_address_nobody_allowed_is_refused() {
-    let (_fixture, port, as_port) = split_oauth_server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = OAuthServer::start_with(dir.path(), None, true);
+    let (port, as_port) = (fixture.port, fixture.as_port.expect("split"));
 
     // Only the resource server's port is allowed: its metadata sends mcpgw to the
     // authorization server on the other port, which the guard refuses before any request.
@@ -220,7 +191,11 @@ fn oauth_metadata_pointing_at_an_address_nobody_allowed_is_refused() {
         !stderr.contains("/authorize?"),
         "a sign-in URL was printed:\n{stderr}"
     );
-    let paths = fixture_paths(port);
+    let paths: Vec<String> = fixture
+        .requests()
+        .iter()
+        .filter_map(|r| r["path"].as_str().map(str::to_owned))
+        .collect();
     assert!(
         paths
             .iter()

@@ -17,6 +17,8 @@ use crate::harness::*;
 pub struct OAuthServer {
     _proc: Proc,
     pub port: u16,
+    /// The authorization server's own port, when it runs apart from the MCP server.
+    pub as_port: Option<u16>,
     /// One JSON line per /mcp request, with the bearer token it carried.
     log: PathBuf,
 }
@@ -25,7 +27,14 @@ impl OAuthServer {
     /// Starts the server with its log in `dir`; access tokens live `token_ttl_s` seconds when
     /// given (the fixture's default otherwise).
     pub fn start(dir: &Path, token_ttl_s: Option<u64>) -> OAuthServer {
+        OAuthServer::start_with(dir, token_ttl_s, false)
+    }
+
+    /// [`OAuthServer::start`], with the authorization server on a second port (another origin)
+    /// when `split`.
+    pub fn start_with(dir: &Path, token_ttl_s: Option<u64>, split: bool) -> OAuthServer {
         let port = free_port();
+        let as_port = split.then(free_port);
         let log = dir.join("oauth-mcp.jsonl");
         let mut command = Command::new(venv_bin("python"));
         command
@@ -38,14 +47,19 @@ impl OAuthServer {
         if let Some(ttl) = token_ttl_s {
             command.args(["--token-ttl", &ttl.to_string()]);
         }
+        if let Some(as_port) = as_port {
+            command.args(["--split", &as_port.to_string()]);
+        }
         let server = OAuthServer {
             _proc: Proc::spawn("oauth_server.py", &mut command),
             port,
+            as_port,
             log,
         };
         wait_until("oauth_server.py to answer", Duration::from_secs(20), || {
             reqwest::blocking::get(server.endpoint("/test/requests"))
                 .is_ok_and(|r| r.status().is_success())
+                && as_port.is_none_or(port_open)
         });
         server
     }
