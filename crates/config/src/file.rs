@@ -23,6 +23,12 @@ pub(crate) struct ConfigFile {
     pub store: StoreFile,
     #[serde(default)]
     pub network: NetworkFile,
+    #[serde(default)]
+    pub profiles: Vec<crate::policy::ProfileFile>,
+    #[serde(default)]
+    pub approval: crate::policy::ApprovalFile,
+    #[serde(default)]
+    pub limits: crate::policy::LimitsFile,
 }
 
 /// `[network]`: where outbound HTTP may go besides public https. Entries stay strings here so
@@ -42,6 +48,8 @@ pub(crate) struct GatewayFile {
     pub exposure: Option<Exposure>,
     pub client_auth: Option<ClientAuth>,
     pub allow_unauthenticated_loopback: Option<bool>,
+    pub default_profile: Option<String>,
+    pub jwt: Option<crate::policy::JwtFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +111,7 @@ pub(crate) struct ServerFile {
     pub transport: Option<TransportFile>,
     pub auth: Option<AuthFile>,
     pub allow_private_network: Option<bool>,
+    pub trust_changes: Option<bool>,
 }
 
 /// `auth = { type = "bearer", env = "VAR" }` and friends. Tagged like [`TransportFile`], with

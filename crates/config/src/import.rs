@@ -124,6 +124,7 @@ fn finish(
             StoreFile::default(),
             NetworkFile::default(),
         ),
+        Default::default(),
         source,
         inline_secrets,
     );
@@ -265,6 +266,7 @@ impl Mapper {
             transport: Some(transport),
             auth,
             allow_private_network: None,
+            trust_changes: None,
         };
         Some(LocatedServer {
             path: path.to_owned(),

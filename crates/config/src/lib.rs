@@ -21,6 +21,7 @@ mod discover;
 mod error;
 mod file;
 mod import;
+mod policy;
 mod server;
 mod validate;
 mod value;
@@ -34,6 +35,10 @@ pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
 pub use crate::discover::discover;
 pub use crate::error::{ConfigError, Problem};
 pub use crate::import::{Imported, import_mcp_servers_json};
+pub use crate::policy::{
+    ApprovalAction, ApprovalConfig, ApprovalRule, DEFAULT_APPROVAL_TIMEOUT, DEFAULT_BODY_BYTES,
+    DEFAULT_JWT_ALGORITHMS, JwtConfig, LimitsConfig, Pattern, PolicyConfig, Profile,
+};
 pub use crate::server::{
     HttpTransport, MAX_SERVER_NAME_LEN, ServerConfig, ServerName, StdioTransport, Transport,
 };
@@ -53,6 +58,8 @@ pub struct Config {
     pub retrieval: RetrievalConfig,
     pub store: StoreConfig,
     pub network: NetworkConfig,
+    /// Profiles, approval and limits.
+    pub policy: PolicyConfig,
     /// The file this was read from; relative `cwd`s were resolved against its directory.
     pub source: PathBuf,
 }
@@ -71,6 +78,9 @@ impl Config {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayConfig {
+    /// `[gateway.jwt]`: bearer JWTs from an identity provider are accepted as client identity
+    /// (besides client keys); with it set, HTTP requests always need one or the other.
+    pub jwt: Option<JwtConfig>,
     pub listen: SocketAddr,
     pub exposure: Exposure,
     /// When HTTP clients must present a key.
@@ -89,6 +99,7 @@ impl Default for GatewayConfig {
             exposure: Exposure::default(),
             client_auth: ClientAuth::default(),
             allow_unauthenticated_loopback: true,
+            jwt: None,
         }
     }
 }

@@ -149,6 +149,9 @@ pub struct ServerConfig {
     /// private and carrier-grade NAT addresses without a `[network] allow` entry. Always
     /// `false` for stdio servers, which make no network requests.
     pub allow_private_network: bool,
+    /// Whether a changed tool definition is trusted at once instead of held for approval
+    /// (tool pinning): for servers the operator controls.
+    pub trust_changes: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -15,6 +15,7 @@ use crate::file::{
     OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
     ValueFile,
 };
+use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
 use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
@@ -60,6 +61,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
         file.gateway,
         servers,
         (file.retrieval, file.store, file.network),
+        (file.profiles, file.approval, file.limits),
         source,
         InlineSecrets::Reject,
     )
@@ -69,6 +71,7 @@ pub(crate) fn resolve(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
     (retrieval, store, network): (RetrievalFile, StoreFile, NetworkFile),
+    (profiles, approval, limits): (Vec<ProfileFile>, ApprovalFile, LimitsFile),
     source: &Path,
     inline_secrets: InlineSecrets,
 ) -> Result<Config, ConfigError> {
@@ -80,6 +83,7 @@ pub(crate) fn resolve(
         base_dir,
     };
 
+    let default_profile = gateway.default_profile.clone();
     let gateway = v.gateway(gateway);
     let mut resolved = Vec::with_capacity(servers.len());
     let mut first_use: HashMap<String, String> = HashMap::new();
@@ -104,6 +108,7 @@ pub(crate) fn resolve(
     let retrieval = v.retrieval(retrieval);
     let store = v.store(store);
     let network = v.network(network);
+    let policy = policy::policy(profiles, default_profile, approval, limits, &mut v.problems);
 
     if !v.problems.is_empty() {
         return Err(ConfigError::Invalid(v.problems));
@@ -114,6 +119,7 @@ pub(crate) fn resolve(
         retrieval,
         store,
         network,
+        policy,
         source: source.to_owned(),
     })
 }
@@ -330,6 +336,9 @@ impl Validator {
             allow_unauthenticated_loopback: file
                 .allow_unauthenticated_loopback
                 .unwrap_or(default.allow_unauthenticated_loopback),
+            jwt: file
+                .jwt
+                .and_then(|jwt| policy::jwt(jwt, &mut self.problems)),
         }
     }
 
@@ -428,6 +437,7 @@ impl Validator {
             transport: transport?,
             auth,
             allow_private_network: server.allow_private_network.unwrap_or(false),
+            trust_changes: server.trust_changes.unwrap_or(false),
         })
     }
 

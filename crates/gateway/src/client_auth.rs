@@ -11,6 +11,8 @@
 //! - Keys are looked up per request (hashed, compared in constant time: see `store::clients`),
 //!   so a removed key stops working at once. `/healthz`, the protected-resource metadata and
 //!   the browser's return to `/oauth/callback` (protected by its single-use `state`) stay open.
+//! - With `[gateway.jwt]` set, a bearer value shaped like a JWT (three dot-separated parts) is
+//!   checked as a JWT, anything else as a client key.
 //! - A key never reaches a log line, an error or a response; the client's name does.
 
 use std::{fmt, net::SocketAddr, sync::Arc};
@@ -42,6 +44,12 @@ pub enum Principal {
     Local,
     /// A client added with `mcpgw clients add NAME`.
     Client(String),
+    /// The subject of a JWT accepted under `[gateway.jwt]`, with the profile its profile
+    /// claim names, if any.
+    User {
+        subject: String,
+        profile: Option<String>,
+    },
 }
 
 impl Principal {
@@ -51,6 +59,31 @@ impl Principal {
         match self {
             Principal::Local => "local".to_owned(),
             Principal::Client(name) => format!("client:{name}"),
+            Principal::User { subject, .. } => format!("user:{subject}"),
+        }
+    }
+
+    /// The profile this principal runs under: the one its client is listed in or its token
+    /// names, else `[gateway] default_profile`. `None`: no profile applies, everything is
+    /// visible.
+    pub fn profile<'a>(&self, policy: &'a config::PolicyConfig) -> Option<&'a config::Profile> {
+        match self {
+            Principal::Local => policy.default(),
+            Principal::Client(name) => policy.profile_of_client(name),
+            Principal::User { profile, .. } => profile
+                .as_deref()
+                .and_then(|name| policy.profile(name))
+                .or_else(|| policy.default()),
+        }
+    }
+
+    /// Whether this principal may decide anyone's pending approvals and use the admin
+    /// endpoints: the local user (stdio, the CLI, an open loopback listener), or a principal
+    /// whose profile says `admin = true`.
+    pub fn is_admin(&self, policy: &config::PolicyConfig) -> bool {
+        match self {
+            Principal::Local => true,
+            other => other.profile(policy).is_some_and(|p| p.admin),
         }
     }
 
