@@ -271,7 +271,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![
-                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`"
+                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`"
             ],
         );
     }
@@ -281,7 +281,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `client_auth`, `allow_unauthenticated_loopback`"
+                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
             ],
         );
     }
@@ -291,7 +291,7 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`, `allow_private_network`"
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
             ],
         );
     }
