@@ -6,7 +6,7 @@ ONE JSON object to stdout. Run it with the test venv's interpreter:
 
     .peers/venv/bin/python tests/clients/mcp_client.py \
         (--stdio CMD [ARG...] [--] | --url URL) [--era legacy|modern|auto] \
-        [--header 'Name: value']... [--elicit open[:QUERY]|decline|cancel] SCRIPT_JSON
+        [--header 'Name: value']... [--elicit open[:QUERY]|form:JSON|decline|cancel] SCRIPT_JSON
 
 SCRIPT_JSON (always the LAST argument; `@path` reads a file, `-` reads stdin)
 is a JSON array of steps, e.g.
@@ -23,7 +23,8 @@ An MCP error answered by the server is data: {"error": {"code", "message"[, "dat
 input_required result) the same way: `open` plays a user who consents to a
 URL-mode elicitation: the URL is fetched (QUERY, e.g. `user=bob`, appended to
 its query), following redirects, and the answer is `accept`; form mode is
-declined. `decline` / `cancel` answer that. The output then has
+declined. `form:JSON` plays a user who fills every form in with the JSON object
+and accepts (URL mode is then declined). `decline` / `cancel` answer that. The output then has
 "elicitations": [{"mode", "message", "url", "action"[, "status"]}, ...].
 
 Exit codes: 0 script ran (even if steps returned MCP errors); 1 the connection
@@ -53,7 +54,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 USAGE = (
     "usage: mcp_client.py (--stdio CMD [ARG...] [--] | --url URL) "
     "[--era legacy|modern|auto] [--header 'Name: value']... "
-    "[--elicit open[:QUERY]|decline|cancel] SCRIPT_JSON"
+    "[--elicit open[:QUERY]|form:JSON|decline|cancel] SCRIPT_JSON"
 )
 ERAS = ("legacy", "modern", "auto")
 PAGE_CAP = 100  # max pages followed for list_* (guards against non-advancing cursors)
@@ -128,9 +129,17 @@ def parse_elicit(val: str) -> dict[str, Any]:
     kind, colon, query = val.partition(":")
     if kind == "open":
         return {"action": "accept", "query": query if colon else ""}
+    if kind == "form" and colon:
+        try:
+            content = json.loads(query)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"--elicit form:JSON needs a JSON object: {e}") from None
+        if not isinstance(content, dict):
+            raise UsageError("--elicit form:JSON needs a JSON object")
+        return {"action": "accept", "query": "", "form": content}
     if kind in ("decline", "cancel") and not colon:
         return {"action": kind, "query": ""}
-    raise UsageError(f"--elicit wants open[:QUERY], decline or cancel, got {val!r}")
+    raise UsageError(f"--elicit wants open[:QUERY], form:JSON, decline or cancel, got {val!r}")
 
 
 def load_script(arg: str) -> list[dict[str, Any]]:
@@ -313,7 +322,10 @@ def elicitation_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> 
         mode = getattr(params, "mode", None) or "form"
         entry: dict[str, Any] = {"mode": mode, "message": params.message}
         action = answer["action"]
-        if mode == "url":
+        content = None
+        if mode == "url" and "form" in answer and action == "accept":
+            action = "decline"  # this user only fills forms in
+        elif mode == "url":
             entry["url"] = params.url
             if action == "accept":
                 # The browser: opens the URL and follows every redirect (to the gateway's
@@ -321,10 +333,17 @@ def elicitation_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> 
                 async with httpx2.AsyncClient(follow_redirects=True, timeout=30.0) as browser:
                     response = await browser.get(with_query(params.url, answer["query"]))
                 entry["status"] = response.status_code
+        elif action == "accept" and "form" in answer:
+            schema = getattr(params, "requested_schema", None)
+            entry["schema"] = schema if isinstance(schema, dict) else getattr(schema, "model_dump", lambda **_: schema)(by_alias=True, exclude_none=True)
+            content = answer["form"]
+            entry["content"] = content
         elif action == "accept":
             action = "decline"  # no one to fill a form in
         entry["action"] = action
         record.append(entry)
+        if content is not None:
+            return types.ElicitResult(action=action, content=content)
         return types.ElicitResult(action=action)
 
     return callback

@@ -475,10 +475,24 @@ impl Catalog {
     /// The qualified names closest to an unknown tool name, best first, at most `limit`; see
     /// [`suggestion`] for the tiers.
     pub fn suggest(&self, unknown: &str, limit: usize) -> Vec<&str> {
-        let candidates = self.tools.iter().map(|tool| Candidate {
-            qualified: &tool.qualified,
-            upstream: &tool.upstream_name,
-        });
+        self.suggest_where(unknown, limit, |_| true)
+    }
+
+    /// [`Catalog::suggest`] among the tools `keep` lets through (a caller's profile).
+    pub fn suggest_where(
+        &self,
+        unknown: &str,
+        limit: usize,
+        keep: impl Fn(&ToolEntry) -> bool,
+    ) -> Vec<&str> {
+        let candidates = self
+            .tools
+            .iter()
+            .filter(|tool| keep(tool))
+            .map(|tool| Candidate {
+                qualified: &tool.qualified,
+                upstream: &tool.upstream_name,
+            });
         suggestion::suggest(unknown, candidates, limit)
     }
 
@@ -815,11 +829,19 @@ mod tests {
                 .prop_map(String::from),
             0..3,
         ));
-        (servers, any::<Option<bool>>(), any::<Option<bool>>()).prop_map(
-            |(servers, read_only, destructive)| Filter {
+        // A profile's allowed set: a random subset of the fixture's qualified names.
+        let names: Vec<String> = catalog()
+            .tools()
+            .iter()
+            .map(|t| t.qualified.clone())
+            .collect();
+        let tools = prop::option::of(prop::sample::subsequence(names.clone(), 0..=names.len()));
+        (servers, any::<Option<bool>>(), any::<Option<bool>>(), tools).prop_map(
+            |(servers, read_only, destructive, tools)| Filter {
                 servers,
                 read_only,
                 destructive,
+                tools: tools.map(|t| std::sync::Arc::new(t.into_iter().collect())),
             },
         )
     }

@@ -106,6 +106,10 @@ pub struct Filter {
     /// Against [`ToolEntry::is_destructive`]: MCP defaults, a tool without annotations is
     /// destructive, a read-only tool never is.
     pub destructive: Option<bool>,
+    /// Qualified names allowed (the caller's profile); `None` lets every tool through. Not
+    /// part of the wire form: it comes from policy, never from a client.
+    #[serde(skip)]
+    pub tools: Option<std::sync::Arc<std::collections::HashSet<String>>>,
 }
 
 impl Filter {
@@ -120,6 +124,10 @@ impl Filter {
             && self
                 .destructive
                 .is_none_or(|want| tool.is_destructive() == want)
+            && self
+                .tools
+                .as_ref()
+                .is_none_or(|tools| tools.contains(&tool.qualified))
     }
 }
 

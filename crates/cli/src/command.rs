@@ -193,6 +193,7 @@ pub(crate) async fn tools(
     config_path: Option<&Path>,
     server: Option<&str>,
     cost: bool,
+    profile: Option<&str>,
     json: bool,
 ) -> Result<(), Failure> {
     let config = load_config(config_path)?;
@@ -203,12 +204,36 @@ pub(crate) async fn tools(
             "no server named '{name}' in the configuration"
         )));
     }
+    let profile = match profile {
+        None => None,
+        Some(name) => Some(config.policy.profile(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = config
+                .policy
+                .profiles
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            Failure::usage(anyhow!(
+                "no profile named '{name}' in the configuration (profiles: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ))
+        })?),
+    };
     let gateway = started_gateway(config).await;
     let catalog = gateway.catalog();
     let tools: Vec<&catalog::ToolEntry> = catalog
         .tools()
         .iter()
         .filter(|t| server.is_none_or(|s| t.server == s))
+        .filter(|t| {
+            profile
+                .as_ref()
+                .is_none_or(|p| gateway::access::permits(p, t))
+        })
         .collect();
     if json {
         let rows: Vec<_> = tools
@@ -235,6 +260,20 @@ pub(crate) async fn tools(
                 "{} tools, {total} tokens (cl100k_base) if listed directly",
                 tools.len()
             );
+            if let Some(profile) = &profile {
+                let exposure = profile
+                    .exposure
+                    .unwrap_or(gateway.config().gateway.exposure);
+                let shown = gateway::Access::for_profile(&gateway, profile).listed_tokens();
+                println!(
+                    "profile '{}' ({} exposure): its clients' tools/list costs {shown} tokens",
+                    profile.name,
+                    match exposure {
+                        config::Exposure::Search => "search",
+                        config::Exposure::Passthrough => "passthrough",
+                    }
+                );
+            }
         }
     }
     report_failed_servers(&gateway);

@@ -3,10 +3,13 @@
 //! Exit codes: 0 success, 1 a command failed (e.g. a server test), 2 bad usage or invalid
 //! configuration. Logs go to stderr, always: on `serve --stdio` stdout carries only protocol.
 
+mod approvals;
+mod audit;
 mod auth;
 mod clients;
 mod command;
 mod eval;
+mod pinning;
 mod render;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
@@ -53,13 +56,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List every tool with its qualified name (and token cost).
+    /// List every tool with its qualified name (and token cost), or see and approve tools held
+    /// because their definitions changed.
+    #[command(args_conflicts_with_subcommands = true)]
     Tools {
+        #[command(subcommand)]
+        command: Option<ToolsCommand>,
         #[arg(long)]
         server: Option<String>,
         /// Show the cl100k_base token cost of each tool and the totals.
         #[arg(long)]
         cost: bool,
+        /// Only the tools this profile (`[[profiles]]`) may see, and what its clients are shown.
+        #[arg(long)]
+        profile: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -83,14 +93,40 @@ enum Command {
         #[command(subcommand)]
         command: ClientsCommand,
     },
+    /// Tool calls waiting for a human: list them, approve or reject one.
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
     /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
     Eval(eval::Args),
+    /// Show the audit log of tool calls, newest first (never their arguments).
+    Audit(audit::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {
         file: PathBuf,
         /// Write to this file instead of stdout (refuses to overwrite).
         #[arg(long, short)]
         output: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ToolsCommand {
+    /// Show the tools held because their definitions changed since first trusted, with the
+    /// change (from the database: no server is contacted).
+    Held {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Trust a held tool's changed definition; a running gateway serves it within a second.
+    Approve {
+        /// Qualified tool name, as `tools held` shows it.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        name: Option<String>,
+        /// Approve every held tool.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -134,6 +170,31 @@ enum AuthCommand {
         /// sign-in registers a new one.
         #[arg(long)]
         forget_client: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ApprovalsCommand {
+    /// Show the calls waiting for approval (with --all, recent decisions too).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a waiting call; it runs at once, with --args replacing its arguments.
+    Approve {
+        id: String,
+        /// Replacement arguments: a JSON object.
+        #[arg(long)]
+        args: Option<String>,
+    },
+    /// Reject a waiting call; the tool is not run.
+    Reject {
+        id: String,
+        /// Told to the caller.
+        #[arg(long)]
+        reason: Option<String>,
     },
 }
 
@@ -237,9 +298,30 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             servers,
             json,
         } => command::search(config_path, &query, top_k, servers, json).await,
-        Command::Tools { server, cost, json } => {
-            command::tools(config_path, server.as_deref(), cost, json).await
+        Command::Tools {
+            command: None,
+            server,
+            cost,
+            profile,
+            json,
+        } => {
+            command::tools(
+                config_path,
+                server.as_deref(),
+                cost,
+                profile.as_deref(),
+                json,
+            )
+            .await
         }
+        Command::Tools {
+            command: Some(ToolsCommand::Held { json }),
+            ..
+        } => pinning::held(config_path, json).await,
+        Command::Tools {
+            command: Some(ToolsCommand::Approve { name, all }),
+            ..
+        } => pinning::approve(config_path, name.as_deref(), all).await,
         Command::Servers {
             command: ServersCommand::Test { name, json },
         } => command::servers_test(config_path, &name, json).await,
@@ -277,7 +359,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Clients {
             command: ClientsCommand::Remove { name },
         } => clients::remove(config_path, &name).await,
+        Command::Approvals {
+            command: ApprovalsCommand::List { all, json },
+        } => approvals::list(config_path, all, json).await,
+        Command::Approvals {
+            command: ApprovalsCommand::Approve { id, args },
+        } => approvals::approve(config_path, &id, args.as_deref()).await,
+        Command::Approvals {
+            command: ApprovalsCommand::Reject { id, reason },
+        } => approvals::reject(config_path, &id, reason).await,
         Command::Eval(args) => eval::run(args).await,
+        Command::Audit(args) => audit::run(config_path, args).await,
     }
 }
 

@@ -11,8 +11,12 @@
 //! - Keys are looked up per request (hashed, compared in constant time: see `store::clients`),
 //!   so a removed key stops working at once. `/healthz`, the protected-resource metadata and
 //!   the browser's return to `/oauth/callback` (protected by its single-use `state`) stay open.
-//! - With `[gateway.jwt]` set, a bearer value shaped like a JWT (three dot-separated parts) is
-//!   checked as a JWT, anything else as a client key.
+//! - With `[gateway.jwt]` set, client auth is always required, wherever the listener is; a
+//!   bearer value shaped like a JWT (three dot-separated base64url parts) is checked as a JWT
+//!   (see `jwt`), anything else as a client key. A refused JWT gets 401 `invalid_token` with an
+//!   `error_description` naming the failed check; a genuine one whose profile claim names no
+//!   defined profile gets 403; when the identity provider's keys cannot be fetched, 503. The
+//!   protected-resource metadata then lists the issuer in `authorization_servers`.
 //! - A key never reaches a log line, an error or a response; the client's name does.
 
 use std::{fmt, net::SocketAddr, sync::Arc};
@@ -28,7 +32,11 @@ use axum::{
 };
 use serde_json::json;
 
-use crate::{Gateway, oauth::login::CALLBACK_PATH};
+use crate::{
+    Gateway,
+    jwt::{self, Rejection},
+    oauth::login::CALLBACK_PATH,
+};
 
 /// Where the protected-resource metadata (RFC 9728) is served. Clients that construct the
 /// well-known URL for `/mcp` themselves use the path-inserted form, served as well.
@@ -112,6 +120,12 @@ pub enum ClientAccess {
     Open,
     /// `Authorization: Bearer <key>` required, looked up in this store.
     Keys(store::Store),
+    /// `[gateway.jwt]`: `Authorization: Bearer` required, with a JWT from the identity
+    /// provider or a client key.
+    Tokens {
+        jwt: Arc<jwt::Verifier>,
+        keys: store::Store,
+    },
 }
 
 impl ClientAccess {
@@ -125,6 +139,22 @@ impl ClientAccess {
                 "refusing to serve HTTP on {addr}: the database holding the client keys could not be opened (see the warning above); fix `[store] path`, or serve over stdio with `mcpgw serve --stdio`"
             );
         };
+        if let Some(jwt) = &settings.jwt {
+            // Judged now so a JWKS the network policy refuses stops the start, not every
+            // request; each fetch checks again.
+            netguard::check_url(&jwt.jwks_url, gateway.network()).map_err(|refusal| {
+                anyhow::anyhow!(
+                    "refusing to serve HTTP on {addr}: `[gateway.jwt] jwks_url` is not reachable under `[network] allow`: {refusal}"
+                )
+            })?;
+            let verifier =
+                jwt::Verifier::new(jwt, &gateway.config().policy, gateway.network().clone())?;
+            tracing::info!(issuer = %jwt.issuer, jwks_url = %jwt.jwks_url, "client JWTs accepted beside client keys");
+            return Ok(ClientAccess::Tokens {
+                jwt: Arc::new(verifier),
+                keys: store.clone(),
+            });
+        }
         let required = settings.client_auth == config::ClientAuth::ApiKey
             || store.has_clients().await.map_err(|error| {
                 anyhow::anyhow!(
@@ -147,8 +177,17 @@ impl ClientAccess {
         Ok(ClientAccess::Open)
     }
 
+    /// Whether requests must carry a client key or (with `[gateway.jwt]`) a JWT.
     pub fn requires_keys(&self) -> bool {
-        matches!(self, ClientAccess::Keys(_))
+        !matches!(self, ClientAccess::Open)
+    }
+
+    /// The issuer of the accepted JWTs, if any.
+    fn issuer(&self) -> Option<&str> {
+        match self {
+            ClientAccess::Tokens { jwt, .. } => Some(jwt.issuer()),
+            _ => None,
+        }
     }
 }
 
@@ -159,7 +198,12 @@ pub(crate) fn apply(app: Router, access: ClientAccess, local: SocketAddr) -> Rou
         let shared = shared.clone();
         move |headers: HeaderMap| {
             let shared = shared.clone();
-            async move { Json(resource_metadata(&base_url(&headers, shared.1))) }
+            async move {
+                Json(resource_metadata(
+                    &base_url(&headers, shared.1),
+                    shared.0.issuer(),
+                ))
+            }
         }
     };
     app.route(RESOURCE_METADATA_PATH, get(metadata.clone()))
@@ -167,23 +211,29 @@ pub(crate) fn apply(app: Router, access: ClientAccess, local: SocketAddr) -> Rou
         .layer(axum::middleware::from_fn_with_state(shared, authenticate))
 }
 
-/// The protected-resource metadata: the resource is the `/mcp` URL. No
-/// `authorization_servers`: RFC 9728 makes the member optional, and with API keys there is
-/// no authorization server to send a client to (keys are issued out of band); listing one
-/// would send OAuth-capable clients into a sign-in that cannot succeed.
-fn resource_metadata(base: &str) -> serde_json::Value {
-    json!({
+/// The protected-resource metadata: the resource is the `/mcp` URL. With API keys only, no
+/// `authorization_servers`: RFC 9728 makes the member optional, keys are issued out of band,
+/// and listing a server would send OAuth-capable clients into a sign-in that cannot succeed.
+/// With `[gateway.jwt]`, the JWT issuer, so MCP clients can discover the identity provider.
+fn resource_metadata(base: &str, issuer: Option<&str>) -> serde_json::Value {
+    let mut metadata = json!({
         "resource": format!("{base}/mcp"),
         "resource_name": "mcpgw",
         "bearer_methods_supported": ["header"],
-    })
+    });
+    if let Some(issuer) = issuer {
+        metadata["authorization_servers"] = json!([issuer]);
+    }
+    metadata
 }
 
-/// Whether a request to `path` must name its client: the MCP endpoint and the sign-in
-/// endpoints, except the browser's return from the authorization server.
+/// Whether a request to `path` must name its client: the MCP endpoint, the admin endpoints
+/// (which then check what the client may do there) and the sign-in endpoints, except the
+/// browser's return from the authorization server.
 fn requires_client(path: &str) -> bool {
     path == "/mcp"
         || path.starts_with("/mcp/")
+        || path.starts_with("/admin/")
         || (path.starts_with("/oauth/") && path != CALLBACK_PATH)
 }
 
@@ -196,23 +246,27 @@ async fn authenticate(
     if !requires_client(request.uri().path()) {
         return next.run(request).await;
     }
-    let principal = match access {
-        ClientAccess::Open => Principal::Local,
-        ClientAccess::Keys(store) => {
+    let (store, verifier) = match access {
+        ClientAccess::Open => (None, None),
+        ClientAccess::Keys(store) => (Some(store), None),
+        ClientAccess::Tokens { jwt, keys } => (Some(keys), Some(jwt)),
+    };
+    let principal = match store {
+        None => Principal::Local,
+        Some(store) => {
             let base = base_url(request.headers(), *local);
             let Some(presented) = bearer(request.headers()) else {
-                return unauthorized(&base, Refusal::Missing);
+                return unauthorized(&base, Refusal::Missing(access.issuer()));
             };
-            match store.authenticate_client(presented).await {
-                Ok(Some(name)) => Principal::Client(name),
-                Ok(None) => return unauthorized(&base, Refusal::Invalid),
-                Err(error) => {
-                    tracing::error!(%error, "cannot check a client key");
-                    return json_rpc_error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "the gateway cannot check client keys right now; try again",
-                    );
+            let checked = match verifier {
+                Some(verifier) if jwt::is_jwt_shaped(presented) => {
+                    by_jwt(verifier, presented, &base).await
                 }
+                _ => by_key(store, presented, &base).await,
+            };
+            match checked {
+                Ok(principal) => principal,
+                Err(refused) => return refused,
             }
         }
     };
@@ -221,27 +275,78 @@ async fn authenticate(
     next.run(request).await
 }
 
-#[derive(Clone, Copy)]
-enum Refusal {
-    Missing,
-    Invalid,
+async fn by_key(store: &store::Store, key: &str, base: &str) -> Result<Principal, Response> {
+    match store.authenticate_client(key).await {
+        Ok(Some(name)) => Ok(Principal::Client(name)),
+        Ok(None) => Err(unauthorized(base, Refusal::Invalid)),
+        Err(error) => {
+            tracing::error!(%error, "cannot check a client key");
+            Err(json_rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the gateway cannot check client keys right now; try again",
+            ))
+        }
+    }
 }
 
-fn unauthorized(base: &str, refusal: Refusal) -> Response {
+async fn by_jwt(verifier: &jwt::Verifier, token: &str, base: &str) -> Result<Principal, Response> {
+    match verifier.verify(token).await {
+        Ok(identity) => Ok(Principal::User {
+            subject: identity.subject,
+            profile: identity.profile,
+        }),
+        Err(Rejection::Invalid(invalid)) => {
+            tracing::debug!(reason = invalid.description(), "bearer JWT refused");
+            Err(unauthorized(base, Refusal::Token(invalid)))
+        }
+        Err(Rejection::UnknownProfile { subject }) => {
+            tracing::warn!(%subject, "bearer JWT refused: its profile claim names no profile in [[profiles]]");
+            Err(json_rpc_error(
+                StatusCode::FORBIDDEN,
+                "the token is valid, but its profile claim names no profile this gateway defines: ask the operator to add the profile under [[profiles]], or the identity provider to issue a defined one",
+            ))
+        }
+        Err(Rejection::KeysUnavailable) => Err(json_rpc_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the identity provider's signing keys are unavailable, so bearer JWTs cannot be checked right now; try again later",
+        )),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Refusal<'a> {
+    /// No bearer value; with `[gateway.jwt]`, the JWT issuer.
+    Missing(Option<&'a str>),
+    Invalid,
+    Token(jwt::Invalid),
+}
+
+fn unauthorized(base: &str, refusal: Refusal<'_>) -> Response {
     let metadata = format!("{base}{RESOURCE_METADATA_PATH}");
     let (challenge, message) = match refusal {
-        Refusal::Missing => (
+        Refusal::Missing(None) => (
             format!("Bearer resource_metadata=\"{metadata}\""),
-            "this gateway requires a client key: send the header `Authorization: Bearer <key>`; the operator creates keys with `mcpgw clients add NAME`",
+            "this gateway requires a client key: send the header `Authorization: Bearer <key>`; the operator creates keys with `mcpgw clients add NAME`".to_owned(),
+        ),
+        Refusal::Missing(Some(issuer)) => (
+            format!("Bearer resource_metadata=\"{metadata}\""),
+            format!("this gateway requires a bearer token: send the header `Authorization: Bearer <token>` with a JWT from the identity provider {issuer}, or a client key (`mcpgw clients add NAME`)"),
         ),
         Refusal::Invalid => (
             format!(
                 "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"unknown or removed client key\""
             ),
-            "the client key is not valid (unknown or removed): ask the operator for a key (`mcpgw clients add NAME`)",
+            "the client key is not valid (unknown or removed): ask the operator for a key (`mcpgw clients add NAME`)".to_owned(),
+        ),
+        Refusal::Token(invalid) => (
+            format!(
+                "Bearer resource_metadata=\"{metadata}\", error=\"invalid_token\", error_description=\"{}\"",
+                invalid.description()
+            ),
+            format!("the bearer token was refused: {}", invalid.description()),
         ),
     };
-    let mut response = json_rpc_error(StatusCode::UNAUTHORIZED, message);
+    let mut response = json_rpc_error(StatusCode::UNAUTHORIZED, &message);
     if let Ok(value) = HeaderValue::from_str(&challenge) {
         response
             .headers_mut()
@@ -291,7 +396,13 @@ mod tests {
 
     #[test]
     fn only_the_mcp_and_sign_in_endpoints_need_a_client() {
-        for path in ["/mcp", "/mcp/", "/oauth/start", "/oauth/status"] {
+        for path in [
+            "/mcp",
+            "/mcp/",
+            "/oauth/start",
+            "/oauth/status",
+            "/admin/tools/held",
+        ] {
             assert!(requires_client(path), "{path}");
         }
         for path in [
@@ -339,8 +450,16 @@ mod tests {
         assert_eq!(with_host("evil\"x"), "http://127.0.0.1:8931");
         assert_eq!(base_url(&HeaderMap::new(), local), "http://127.0.0.1:8931");
         assert_eq!(
-            resource_metadata("http://gw.example")["resource"],
+            resource_metadata("http://gw.example", None)["resource"],
             "http://gw.example/mcp"
+        );
+        assert_eq!(
+            resource_metadata("http://gw.example", None).get("authorization_servers"),
+            None
+        );
+        assert_eq!(
+            resource_metadata("http://gw.example", Some("https://idp.example"))["authorization_servers"],
+            json!(["https://idp.example"])
         );
     }
 

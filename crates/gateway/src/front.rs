@@ -15,7 +15,11 @@
 //! else a tool error with a link. The `-32042` URL-elicitation-required error is not used: a
 //! tool error reaches every client, and 2026-07-28 forbids that code.
 
-use std::{collections::BTreeMap, sync::Arc, time::Instant};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Instant,
+};
 
 use rmcp::{
     ErrorData as McpError, Peer, RoleServer, ServerHandler,
@@ -32,7 +36,9 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use crate::{
-    Gateway, meta,
+    Access, Gateway, Principal,
+    approval::{self, Answer, DecisionError},
+    meta,
     oauth::login::{self, Logins, Waited},
     result,
 };
@@ -103,9 +109,87 @@ impl Handoff {
     }
 }
 
+/// How the person behind one `tools/call` can be asked to approve it.
+enum Asker {
+    /// A 2025-11-25 client with form elicitation: `elicitation/create` on its session.
+    Elicit { peer: Peer<RoleServer> },
+    /// A 2026-07-28 client with form elicitation: an `input_required` result; `retry` when
+    /// this call is the retry that carries the answer.
+    InputRequired { retry: Option<ApprovalRetry> },
+    /// No way to ask: the call waits for a decision made out of band.
+    Wait,
+}
+
+/// The MRTR retry of a call that asked for approval.
+struct ApprovalRetry {
+    id: String,
+    answer: Option<ElicitResult>,
+}
+
+impl Asker {
+    fn of(request: &CallToolRequestParams, context: &RequestContext<RoleServer>) -> Self {
+        let form = context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            // An empty `elicitation` object means form mode (2025-06-18 compatibility).
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        if !form {
+            return Self::Wait;
+        }
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return Self::Elicit {
+                peer: context.peer.clone(),
+            };
+        }
+        let retry = request
+            .request_state
+            .as_deref()
+            .and_then(approval::parse_request_state)
+            .map(|id| ApprovalRetry {
+                id: id.to_owned(),
+                answer: request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|responses| responses.get(approval::APPROVAL_INPUT))
+                    .and_then(|answer| serde_json::from_value::<ElicitResult>(answer.clone()).ok()),
+            });
+        Self::InputRequired { retry }
+    }
+}
+
+/// One `tools/call` as it goes through the gateway: who calls, and how to reach them.
+struct Call<'a> {
+    access: Access<'a>,
+    handoff: Handoff,
+    ask: Asker,
+    ct: CancellationToken,
+    /// The arguments a human approved, once approved: a re-attempt (after a sign-in) runs
+    /// these without asking again.
+    approved: Mutex<Option<Map<String, Value>>>,
+}
+
+/// The tool a call is about, copied out of the catalog snapshot.
+struct Target {
+    qualified: String,
+    server: String,
+    annotations: Option<Value>,
+}
+
+/// What the approval step decided.
+enum Gate {
+    Proceed(Option<Map<String, Value>>),
+    Stop(CallToolResult),
+    Ask(InputRequiredResult),
+}
+
 /// One try at running a catalog tool.
 enum Attempt {
     Done(CallToolResult),
+    /// The caller must answer (approve the call) and retry.
+    Input(InputRequiredResult),
     /// The tool's server is configured for OAuth and has no usable token.
     SignIn {
         server: Arc<Server>,
@@ -119,27 +203,16 @@ impl Front {
         Self { gateway, logins }
     }
 
-    fn exposure(&self) -> config::Exposure {
-        self.gateway.config().gateway.exposure
-    }
-
-    /// The tools a client sees in the current exposure mode.
-    pub fn visible_tools(&self) -> Vec<Tool> {
-        let catalog = self.gateway.catalog();
-        match self.exposure() {
-            config::Exposure::Search => {
-                let servers: Vec<(String, Option<String>)> = self
-                    .gateway
-                    .upstreams()
-                    .servers()
-                    .iter()
-                    .map(|s| (s.name().to_owned(), s.config().description.clone()))
-                    .collect();
-                meta::tools(&servers)
-            }
-            config::Exposure::Passthrough => catalog
+    /// The tools `access`'s principal sees in its exposure mode.
+    fn visible_tools(&self, access: &Access<'_>) -> Vec<Tool> {
+        match access.exposure() {
+            config::Exposure::Search => meta::tools(&access.servers()),
+            config::Exposure::Passthrough => self
+                .gateway
+                .catalog()
                 .tools()
                 .iter()
+                .filter(|entry| access.permits(entry))
                 .filter_map(|entry| {
                     let mut raw = entry.raw.clone();
                     raw["name"] = Value::String(entry.qualified.clone());
@@ -149,56 +222,58 @@ impl Front {
         }
     }
 
-    /// Runs one catalog tool by qualified name on its upstream. A server that needs a sign-in
-    /// answers with a tool error carrying a sign-in link.
-    pub async fn call_catalog_tool(
-        &self,
-        qualified: &str,
-        arguments: Option<Map<String, Value>>,
-    ) -> Result<CallToolResult, McpError> {
-        match self.attempt(qualified, arguments).await? {
-            Attempt::Done(result) => Ok(result),
-            Attempt::SignIn { server, error } => Ok(self.sign_in_text(&server, &error)),
-        }
-    }
-
-    /// [`Front::call_catalog_tool`], handing a needed sign-in to the user as `handoff` allows.
+    /// Runs catalog tool `qualified` for `call`, handing a needed sign-in or approval to the
+    /// user as the client allows.
     async fn call_catalog(
         &self,
         qualified: &str,
         arguments: Option<Map<String, Value>>,
-        handoff: &Handoff,
+        call: &Call<'_>,
     ) -> Result<CallToolResponse, McpError> {
         if let Handoff::InputRequired {
             retry: Some(retry),
             ct,
-        } = handoff
+        } = &call.handoff
             && let Some(settled) = self.settle_retry(qualified, retry, ct).await
         {
             return Ok(CallToolResponse::Complete(settled));
         }
-        match self.attempt(qualified, arguments.clone()).await? {
+        match self.attempt(qualified, arguments.clone(), call).await? {
             Attempt::Done(result) => Ok(CallToolResponse::Complete(result)),
+            Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
             Attempt::SignIn { server, error } => {
-                self.sign_in(&server, &error, qualified, arguments, handoff)
+                self.sign_in(&server, &error, qualified, arguments, call)
                     .await
             }
         }
     }
 
-    /// Looks the tool up, checks its arguments and calls its server.
+    /// Looks the tool up, checks the caller's profile and the arguments, gets the call
+    /// approved where a rule says so, and calls the tool's server.
     async fn attempt(
         &self,
         qualified: &str,
         arguments: Option<Map<String, Value>>,
+        call: &Call<'_>,
     ) -> Result<Attempt, McpError> {
         let mut catalog = self.gateway.catalog();
+        if let Some(entry) = catalog.get(qualified)
+            && !call.access.permits(entry)
+        {
+            return Err(McpError::invalid_params(
+                call.access.unknown_tool_message(&catalog, qualified),
+                None,
+            ));
+        }
         if catalog.get(qualified).is_none() {
             // The tools of an OAuth server not signed in to were never listed: try it now, and
             // if it still wants a sign-in, hand one out rather than say "unknown tool".
-            let Some(server) = self.oauth_server_without_tools(&catalog, qualified) else {
+            let Some(server) = self
+                .oauth_server_without_tools(&catalog, qualified)
+                .filter(|server| call.access.permits_server(server.name()))
+            else {
                 return Err(McpError::invalid_params(
-                    meta::unknown_tool_message(&catalog, qualified),
+                    call.access.unknown_tool_message(&catalog, qualified),
                     None,
                 ));
             };
@@ -213,9 +288,9 @@ impl Front {
                 Err(error) => return Ok(Attempt::Done(result::upstream_failure(&error))),
             }
         }
-        let Some(entry) = catalog.get(qualified) else {
+        let Some(entry) = call.access.get(&catalog, qualified) else {
             return Err(McpError::invalid_params(
-                meta::unknown_tool_message(&catalog, qualified),
+                call.access.unknown_tool_message(&catalog, qualified),
                 None,
             ));
         };
@@ -243,9 +318,32 @@ impl Front {
         }
         let upstream_name = entry.upstream_name.clone();
         let server_name = entry.server.clone();
+        let target = Target {
+            qualified: entry.qualified.clone(),
+            server: entry.server.clone(),
+            annotations: entry.annotations().cloned(),
+        };
+        let original = arguments.clone();
+        let arguments = match self.gate(call, &target, arguments).await {
+            Gate::Proceed(arguments) => arguments,
+            Gate::Stop(result) => return Ok(Attempt::Done(result)),
+            Gate::Ask(input) => return Ok(Attempt::Input(input)),
+        };
+        // An approver's replacement arguments are checked like the caller's were.
+        if arguments != original
+            && let Err(errors) = catalog.validate_arguments(qualified, arguments.as_ref())
+        {
+            return Ok(Attempt::Done(result::tool_error(format!(
+                "the approved arguments for '{qualified}' are invalid (nothing was sent to the server):\n{errors}"
+            ))));
+        }
         drop(catalog);
         match server.call_tool(&upstream_name, arguments).await {
-            Ok(response) => Ok(Attempt::Done(result::from_upstream(&server_name, response))),
+            Ok(response) => Ok(Attempt::Done(result::from_upstream(
+                &server_name,
+                response,
+                &self.gateway.config().policy.limits,
+            ))),
             Err(error) if needs_sign_in(&server, &error) => {
                 tracing::info!(server = %server_name, tool = %upstream_name, "tool call needs a sign-in");
                 Ok(Attempt::SignIn { server, error })
@@ -280,8 +378,9 @@ impl Front {
         error: &UpstreamError,
         qualified: &str,
         arguments: Option<Map<String, Value>>,
-        handoff: &Handoff,
+        call: &Call<'_>,
     ) -> Result<CallToolResponse, McpError> {
+        let handoff = &call.handoff;
         let name = server.name();
         let complete = |result| Ok(CallToolResponse::Complete(result));
         if !self.logins.available() {
@@ -343,8 +442,9 @@ impl Front {
             }
         }
         match login::wait_for_sign_in(&mut finished, serial, started.deadline, ct).await {
-            Waited::SignedIn => match self.attempt(qualified, arguments).await? {
+            Waited::SignedIn => match self.attempt(qualified, arguments, call).await? {
                 Attempt::Done(result) => complete(result),
+                Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
                 Attempt::SignIn { server, error } => complete(self.sign_in_text(&server, &error)),
             },
             other => complete(not_signed_in(name, other)),
@@ -396,25 +496,36 @@ impl Front {
         &self,
         name: &str,
         arguments: Map<String, Value>,
-        handoff: &Handoff,
+        call: &Call<'_>,
     ) -> Result<CallToolResponse, McpError> {
         let catalog = self.gateway.catalog();
+        let access = &call.access;
         let complete = |result| Ok(CallToolResponse::Complete(result));
         match name {
             meta::SEARCH_TOOLS => {
-                let search = match meta::parse_search(&catalog, &arguments) {
+                let known: Vec<&str> = catalog
+                    .servers()
+                    .into_iter()
+                    .filter(|server| access.permits_server(server))
+                    .collect();
+                let mut search = match meta::parse_search(&known, &arguments) {
                     Ok(search) => search,
                     Err(error) => return complete(error),
                 };
-                drop(catalog);
+                search.filter.tools = access.allowed_tools();
                 let found = self.gateway.search(&search).await;
-                complete(meta::render_search(
-                    &self.gateway.catalog(),
-                    &search,
-                    &found,
-                ))
+                complete(meta::render_search(&known, &search, &found))
             }
-            meta::GET_TOOL_DETAILS => complete(meta::details(&catalog, &arguments)),
+            meta::GET_TOOL_DETAILS => {
+                let target = arguments.get("name").and_then(Value::as_str);
+                match target {
+                    Some(target) if access.get(&catalog, target).is_none() => complete(
+                        result::tool_error(access.unknown_tool_message(&catalog, target)),
+                    ),
+                    // Found and permitted, or no name (`details` says what is missing).
+                    _ => complete(meta::details(&catalog, &arguments)),
+                }
+            }
             meta::CALL_TOOL => {
                 let Some(target) = arguments.get("name").and_then(Value::as_str) else {
                     return complete(result::tool_error("call_tool needs a 'name' string"));
@@ -429,17 +540,278 @@ impl Front {
                         ));
                     }
                 };
-                if catalog.get(target).is_none()
-                    && self.oauth_server_without_tools(&catalog, target).is_none()
-                {
-                    return complete(meta::unknown_tool(&catalog, target));
+                let hidden = match catalog.get(target) {
+                    Some(entry) => !access.permits(entry),
+                    None => self
+                        .oauth_server_without_tools(&catalog, target)
+                        .is_none_or(|server| !access.permits_server(server.name())),
+                };
+                if hidden {
+                    return complete(result::tool_error(
+                        access.unknown_tool_message(&catalog, target),
+                    ));
                 }
                 drop(catalog);
-                self.call_catalog(target, inner, handoff).await
+                self.call_catalog(target, inner, call).await
             }
             _ => unreachable_meta(name),
         }
     }
+
+    /// The approval step of a call: lets it through, stops it, or asks the user (see
+    /// [`approval`]).
+    async fn gate(
+        &self,
+        call: &Call<'_>,
+        target: &Target,
+        arguments: Option<Map<String, Value>>,
+    ) -> Gate {
+        if let Some(approved) = lock(&call.approved).clone() {
+            return Gate::Proceed(Some(approved));
+        }
+        let policy = &self.gateway.config().policy.approval;
+        if !policy.requires(&target.qualified, target.annotations.as_ref()) {
+            return Gate::Proceed(arguments);
+        }
+        let tool = &target.qualified;
+        let Some(store) = self.gateway.store() else {
+            return Gate::Stop(result::tool_error(format!(
+                "'{tool}' needs approval, and approvals need the database, which could not be opened; the tool was not run"
+            )));
+        };
+        let principal = call.access.principal.id();
+        if let Asker::InputRequired { retry: Some(retry) } = &call.ask
+            && let Ok(Some(pending)) = store.approval(&retry.id).await
+            && pending.principal == principal
+            && &pending.tool == tool
+        {
+            return self
+                .settle_approval_retry(call, target, pending, retry)
+                .await;
+        }
+        let shown = arguments.clone().unwrap_or_default();
+        let pending = match store
+            .create_approval(store::NewApproval {
+                principal: &principal,
+                server: &target.server,
+                tool,
+                arguments: &shown,
+                timeout: policy.timeout,
+            })
+            .await
+        {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::error!(%error, tool = %tool, "cannot record an approval");
+                return Gate::Stop(result::tool_error(format!(
+                    "'{tool}' needs approval, which could not be recorded ({error}); the tool was not run"
+                )));
+            }
+        };
+        let why = approval::reason(policy, tool);
+        tracing::info!(
+            approval = %pending.id,
+            tool = %tool,
+            principal = %principal,
+            "tool call waits for approval (mcpgw approvals approve {})",
+            pending.id
+        );
+        match &call.ask {
+            Asker::InputRequired { .. } => {
+                if let Some(input) = approval_input(&pending, &why) {
+                    return Gate::Ask(input);
+                }
+            }
+            Asker::Elicit { peer } => {
+                if let Some((message, schema)) = approval::form(&pending, &why) {
+                    let asking = peer.create_elicitation_with_timeout(
+                        ElicitRequestParams::FormElicitationParams {
+                            meta: None,
+                            message,
+                            requested_schema: schema,
+                        },
+                        Some(approval::remaining(pending.expires_at)),
+                    );
+                    let waiting = self.gateway.wait_for_decision(
+                        store,
+                        &pending.id,
+                        pending.expires_at,
+                        &call.ct,
+                    );
+                    tokio::select! {
+                        answer = asking => match answer {
+                            Ok(answer) => {
+                                let answer = approval::read_answer(&answer, &pending.arguments);
+                                return self.record_answer(call, target, &pending, answer).await;
+                            }
+                            Err(error) => tracing::warn!(
+                                approval = %pending.id,
+                                %error,
+                                "the client did not take the approval form; waiting for a decision out of band"
+                            ),
+                        },
+                        waited = waiting => return self.after_wait(call, target, &pending, waited),
+                    }
+                }
+            }
+            Asker::Wait => {}
+        }
+        let waited = self
+            .gateway
+            .wait_for_decision(store, &pending.id, pending.expires_at, &call.ct)
+            .await;
+        self.after_wait(call, target, &pending, waited)
+    }
+
+    /// The retry of a 2026-07-28 call that asked for approval `pending`.
+    async fn settle_approval_retry(
+        &self,
+        call: &Call<'_>,
+        target: &Target,
+        pending: store::Approval,
+        retry: &ApprovalRetry,
+    ) -> Gate {
+        match pending.status {
+            store::ApprovalStatus::Pending => match &retry.answer {
+                Some(answer) => {
+                    let answer = approval::read_answer(answer, &pending.arguments);
+                    self.record_answer(call, target, &pending, answer).await
+                }
+                // No readable answer: ask again, for the same approval.
+                None => {
+                    let why =
+                        approval::reason(&self.gateway.config().policy.approval, &target.qualified);
+                    match approval_input(&pending, &why) {
+                        Some(input) => Gate::Ask(input),
+                        None => Gate::Stop(result::tool_error(format!(
+                            "'{}' needs approval {}; approve it with `mcpgw approvals approve {}` and call again",
+                            target.qualified, pending.id, pending.id
+                        ))),
+                    }
+                }
+            },
+            _ => self.outcome(call, target, pending),
+        }
+    }
+
+    /// Records the caller's own answer to the approval form, then acts on the decision that
+    /// stands (an admin may have decided first).
+    async fn record_answer(
+        &self,
+        call: &Call<'_>,
+        target: &Target,
+        pending: &store::Approval,
+        answer: Answer,
+    ) -> Gate {
+        let verdict = match answer {
+            Answer::Approve(arguments) => store::Verdict::Approve { arguments },
+            Answer::Reject(reason) | Answer::Invalid(reason) => store::Verdict::Reject {
+                reason: Some(reason),
+            },
+        };
+        match self
+            .gateway
+            .decide_approval(&pending.id, verdict, &call.access.principal)
+            .await
+        {
+            Ok(decided) => self.outcome(call, target, decided),
+            Err(DecisionError::Decide(store::DecideError::AlreadyDecided { .. })) => {
+                match self.gateway.store().map(|s| s.approval(&pending.id)) {
+                    Some(read) => match read.await {
+                        Ok(Some(decided)) => self.outcome(call, target, decided),
+                        _ => Gate::Stop(result::tool_error(format!(
+                            "approval {} could not be read back; the tool was not run",
+                            pending.id
+                        ))),
+                    },
+                    None => Gate::Stop(result::tool_error("the database went away")),
+                }
+            }
+            Err(error) => Gate::Stop(result::tool_error(format!(
+                "{error}; '{}' was not run",
+                target.qualified
+            ))),
+        }
+    }
+
+    fn after_wait(
+        &self,
+        call: &Call<'_>,
+        target: &Target,
+        pending: &store::Approval,
+        waited: approval::Waited,
+    ) -> Gate {
+        let tool = &target.qualified;
+        match waited {
+            approval::Waited::Decided(decided) => self.outcome(call, target, decided),
+            approval::Waited::TimedOut => {
+                let timeout = self.gateway.config().policy.approval.timeout;
+                Gate::Stop(result::tool_error(format!(
+                    "'{tool}' needs approval and no decision came within {} (approval {} expired), so the tool was not run. Call it again; while it waits, an operator approves it with `mcpgw approvals approve ID` (IDs: `mcpgw approvals list`)",
+                    approval::duration_words(timeout),
+                    pending.id
+                )))
+            }
+            approval::Waited::Cancelled => Gate::Stop(result::tool_error(format!(
+                "the call to '{tool}' was cancelled while waiting for approval {}; the tool was not run",
+                pending.id
+            ))),
+        }
+    }
+
+    /// Acts on a decided approval.
+    fn outcome(&self, call: &Call<'_>, target: &Target, decided: store::Approval) -> Gate {
+        let tool = &target.qualified;
+        let by = decided.decided_by.as_deref().unwrap_or("an approver");
+        match decided.status {
+            store::ApprovalStatus::Approved => {
+                let arguments = decided.effective_arguments().clone();
+                *lock(&call.approved) = Some(arguments.clone());
+                Gate::Proceed(Some(arguments))
+            }
+            store::ApprovalStatus::Rejected => Gate::Stop(result::tool_error(format!(
+                "the call to '{tool}' was rejected by {by}{}; the tool was not run",
+                decided
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ))),
+            store::ApprovalStatus::Expired => Gate::Stop(result::tool_error(format!(
+                "approval {} for '{tool}' expired before a decision; the tool was not run. Call it again to ask again",
+                decided.id
+            ))),
+            _ => Gate::Stop(result::tool_error(format!(
+                "approval {} for '{tool}' was cancelled; the tool was not run",
+                decided.id
+            ))),
+        }
+    }
+}
+
+/// The `input_required` result asking a 2026-07-28 client to approve `pending`.
+fn approval_input(pending: &store::Approval, why: &str) -> Option<InputRequiredResult> {
+    let (message, schema) = approval::form(pending, why)?;
+    let request = InputRequest::Elicitation(ElicitRequest::new(
+        ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message,
+            requested_schema: schema,
+        },
+    ));
+    Some(InputRequiredResult::new(
+        Some(BTreeMap::from([(
+            approval::APPROVAL_INPUT.to_owned(),
+            request,
+        )])),
+        Some(approval::request_state(&pending.id)),
+    ))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Whether `error` from `server` is one a sign-in cures: the server is configured for OAuth
@@ -517,7 +889,9 @@ impl ServerHandler for Front {
         // arrives with the change-notification work. In search mode the list never changes.
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
-        if self.exposure() == config::Exposure::Search {
+        // Profiles may give a client passthrough; the instructions speak of the meta-tools,
+        // which most clients see.
+        if self.gateway.config().gateway.exposure == config::Exposure::Search {
             info = info.with_instructions(
                 "mcpgw fronts several MCP servers. Use search_tools to find a tool, \
                  get_tool_details to read its schema, and call_tool to run it.",
@@ -529,9 +903,10 @@ impl ServerHandler for Front {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.visible_tools()))
+        let access = self.gateway.access(Principal::of(&context.extensions));
+        Ok(ListToolsResult::with_all_items(self.visible_tools(&access)))
     }
 
     async fn call_tool(
@@ -539,19 +914,25 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let handoff = Handoff::of(&request, &context);
+        let call = Call {
+            access: self.gateway.access(Principal::of(&context.extensions)),
+            handoff: Handoff::of(&request, &context),
+            ask: Asker::of(&request, &context),
+            ct: context.ct.clone(),
+            approved: Mutex::new(None),
+        };
         let name = request.name.as_ref();
         let is_meta = matches!(
             name,
             meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS | meta::CALL_TOOL
         );
-        if is_meta && self.exposure() == config::Exposure::Search {
-            self.call_meta(name, request.arguments.unwrap_or_default(), &handoff)
+        if is_meta && call.access.exposure() == config::Exposure::Search {
+            self.call_meta(name, request.arguments.unwrap_or_default(), &call)
                 .await
         } else {
             // Qualified names are also callable directly in search mode: clients that cached a
             // name from get_tool_details may call it as a normal tool.
-            self.call_catalog(name, request.arguments, &handoff).await
+            self.call_catalog(name, request.arguments, &call).await
         }
     }
 }

@@ -10,10 +10,17 @@
 //! - Upstream text is marked as data before it reaches a client.
 //! - Errors crossing the MCP edge go through [`front`]'s single mapping; internals never leak.
 
+pub mod access;
+mod admin;
+mod approval;
+mod audit;
 mod client_auth;
 mod front;
+mod jwt;
+mod limits;
 mod meta;
 pub mod oauth;
+mod pinning;
 mod result;
 mod semantic;
 mod serve;
@@ -27,11 +34,16 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use access::Access;
+pub use admin::approval_json;
+pub use approval::{DecisionError, may_decide};
+pub use audit::{AuditRecord, CallDecision, CallOutcome, arguments_sha256, upstream_error_summary};
 use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
 pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
 pub use front::Front;
+pub use pinning::{ApproveError, HeldTool, definition_diff, held_json};
 pub use semantic::Semantic;
-pub use serve::{serve_http, serve_http_with, serve_stdio};
+pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};
 use tokio::sync::mpsc;
 use upstream::{ToolsChanged, Upstreams};
 
@@ -54,6 +66,16 @@ pub struct Gateway {
     /// One refresh at a time: a change notice that arrives while the tools are being embedded
     /// waits, then finds them in the cache instead of embedding them all a second time.
     refreshing: tokio::sync::Mutex<()>,
+    /// Tool pinning: the held tools and the pins generation the catalog was checked against.
+    pins: pinning::Pins,
+    /// Calls per minute per principal (`[limits]`, profiles' `calls_per_minute`).
+    rate_limiter: limits::RateLimiter,
+    /// Audit records being written; [`Gateway::audit_written`] waits for them.
+    audit_writes: tokio_util::task::TaskTracker,
+    /// Each profile's allowed tools for the current catalog generation.
+    profile_sets: access::ProfileSets,
+    /// Calls in this process waiting for an approval decision.
+    approval_waiters: approval::Waiters,
 }
 
 /// One `search_tools` call, as the front end and the CLI describe it.
@@ -117,6 +139,11 @@ impl Gateway {
             generation: AtomicU64::new(0),
             semantic: OnceLock::new(),
             refreshing: tokio::sync::Mutex::new(()),
+            pins: pinning::Pins::default(),
+            rate_limiter: limits::RateLimiter::new(),
+            audit_writes: tokio_util::task::TaskTracker::new(),
+            profile_sets: access::ProfileSets::default(),
+            approval_waiters: approval::Waiters::default(),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
@@ -143,6 +170,7 @@ impl Gateway {
         // The sender is dropped unsent only if the refresh task died; start returns anyway.
         let _ = lexical.await;
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+        tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
     }
 
     /// Waits until no catalog refresh is running, so the catalog carries tool vectors when
@@ -222,6 +250,11 @@ impl Gateway {
         &self.upstreams
     }
 
+    /// The global network policy (`[network] allow`).
+    pub(crate) fn network(&self) -> &Arc<netguard::Policy> {
+        &self.network
+    }
+
     /// The database, when it could be opened.
     pub fn store(&self) -> Option<&store::Store> {
         self.store.as_ref()
@@ -257,7 +290,7 @@ impl Gateway {
     async fn refresh(&self, published: Option<tokio::sync::oneshot::Sender<()>>) {
         let _one_at_a_time = self.refreshing.lock().await;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let catalog = self.build_catalog();
+        let catalog = self.build_catalog().await;
         let semantic = self.semantic().cloned();
         self.publish(generation, catalog.clone());
         if let Some(published) = published {
@@ -284,8 +317,9 @@ impl Gateway {
         }
     }
 
-    /// A catalog of every server's last good tool list, in configuration order.
-    fn build_catalog(&self) -> Catalog {
+    /// A catalog of every server's last good tool list, in configuration order, without the
+    /// tools whose changed definitions are held (see [`pinning`]).
+    async fn build_catalog(&self) -> Catalog {
         let lists: Vec<ServerTools> = self
             .upstreams
             .servers()
@@ -299,6 +333,7 @@ impl Gateway {
                     .unwrap_or_default(),
             })
             .collect();
+        let lists = pinning::check(self, lists).await;
         let (catalog, problems) = Catalog::build(&lists);
         for problem in problems {
             tracing::warn!(?problem, "skipped an upstream tool");

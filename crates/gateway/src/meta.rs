@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use catalog::{Catalog, Filter};
 
-use crate::{Found, Search};
+use crate::{Found, HeldTool, Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
@@ -111,8 +111,9 @@ fn tool(name: &'static str, description: &str, schema: Value) -> Tool {
 }
 
 /// Reads `search_tools` arguments; a bad argument is a tool error the model can correct.
+/// `known` are the servers the caller may search.
 pub(crate) fn parse_search(
-    catalog: &Catalog,
+    known: &[&str],
     args: &Map<String, Value>,
 ) -> Result<Search, CallToolResult> {
     let mut queries = Vec::new();
@@ -156,7 +157,6 @@ pub(crate) fn parse_search(
         None | Some(Value::Null) => None,
         Some(Value::Array(items)) => {
             let mut names = Vec::new();
-            let known = catalog.servers();
             for item in items {
                 let Some(name) = item.as_str() else {
                     return Err(tool_error("'servers' must be a list of server names"));
@@ -187,12 +187,14 @@ pub(crate) fn parse_search(
             servers,
             read_only: flag("read_only")?,
             destructive: flag("destructive")?,
+            tools: None,
         },
     })
 }
 
 /// `search_tools`' answer: ranked results as readable text plus `structuredContent`.
-pub(crate) fn render_search(catalog: &Catalog, search: &Search, found: &Found) -> CallToolResult {
+/// `known` are the servers the caller may search.
+pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> CallToolResult {
     let results: Vec<Value> = found
         .hits
         .iter()
@@ -214,7 +216,7 @@ pub(crate) fn render_search(catalog: &Catalog, search: &Search, found: &Found) -
                 .map(|q| format!("\"{q}\""))
                 .collect::<Vec<_>>()
                 .join(", "),
-            catalog.servers().join(", ")
+            known.join(", ")
         )
     } else {
         found
@@ -240,6 +242,33 @@ pub(crate) fn render_search(catalog: &Catalog, search: &Search, found: &Found) -
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);
     result
+}
+
+/// The unknown-tool message for `name`, suggesting only tools `keep` lets through (the
+/// caller's profile): a hidden tool is never named. A tool of `held` (the tools held out of
+/// the catalog, [`crate::Gateway::held_tools`]) that `keep` lets through is said to be held,
+/// and why.
+pub(crate) fn unknown_tool_message_where(
+    catalog: &Catalog,
+    held: &[HeldTool],
+    name: &str,
+    keep: &dyn Fn(&catalog::ToolEntry) -> bool,
+) -> String {
+    if let Some(tool) = held
+        .iter()
+        .find(|tool| tool.qualified == name && tool.entry().is_some_and(|entry| keep(&entry)))
+    {
+        return tool.explanation();
+    }
+    let suggestions = catalog.suggest_where(name, 5, keep);
+    if suggestions.is_empty() {
+        format!("unknown tool '{name}'; use search_tools to find tools")
+    } else {
+        format!(
+            "unknown tool '{name}'; did you mean: {}",
+            suggestions.join(", ")
+        )
+    }
 }
 
 /// `get_tool_details`: everything a model needs to call the tool correctly.

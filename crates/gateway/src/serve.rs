@@ -57,6 +57,29 @@ pub async fn serve_http_with(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let local: SocketAddr = listener.local_addr()?;
+    let keys = access.requires_keys();
+    let app = http_app(gateway, local, access, &shutdown);
+    tracing::info!(
+        %local,
+        client_keys = if keys { "required" } else { "not required (loopback)" },
+        "serving MCP over Streamable HTTP at http://{local}/mcp"
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+        .context("HTTP server failed")?;
+    Ok(())
+}
+
+/// The app [`serve_http_with`] serves for a listener bound to `local`, without the listener:
+/// the fuzz targets drive it with `tower::ServiceExt::oneshot`. Sessions end when `shutdown`
+/// fires.
+pub fn http_app(
+    gateway: Arc<Gateway>,
+    local: SocketAddr,
+    access: ClientAccess,
+    shutdown: &CancellationToken,
+) -> Router {
     let logins = Arc::new(Logins::for_listener(local, gateway.config()));
     let factory_gateway = gateway.clone();
     let factory_logins = logins.clone();
@@ -85,19 +108,10 @@ pub async fn serve_http_with(
                 async move { Json(health(&gateway)) }
             }),
         )
-        .merge(login::routes(gateway.clone(), logins));
-    let keys = access.requires_keys();
-    let app = client_auth::apply(app, access, local);
-    tracing::info!(
-        %local,
-        client_keys = if keys { "required" } else { "not required (loopback)" },
-        "serving MCP over Streamable HTTP at http://{local}/mcp"
-    );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
-        .context("HTTP server failed")?;
-    Ok(())
+        .merge(login::routes(gateway.clone(), logins))
+        .merge(crate::pinning::routes(gateway.clone()))
+        .merge(crate::admin::routes(gateway.clone()));
+    client_auth::apply(app, access, local)
 }
 
 /// rmcp answers transport-level failures (unparseable body, body over the limit, wrong

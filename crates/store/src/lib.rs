@@ -23,9 +23,12 @@
 //!   file), so the embedding cache works with no key at all. Key material is zeroized on drop
 //!   and appears in no `Debug` output, error or log; nor does any stored value.
 
+mod approvals;
+mod audit;
 mod clients;
 mod embeddings;
 mod oauth;
+mod pins;
 mod secrets;
 
 /// Schema migrations in order; the database's `user_version` is the number applied.
@@ -34,6 +37,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_embeddings.sql"),
     include_str!("../migrations/0002_oauth.sql"),
     include_str!("../migrations/0003_clients.sql"),
+    include_str!("../migrations/0004_pins.sql"),
+    include_str!("../migrations/0005_approvals.sql"),
+    include_str!("../migrations/0006_audit.sql"),
 ];
 
 use std::path::{Path, PathBuf};
@@ -43,9 +49,14 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+pub use approvals::{Approval, ApprovalStatus, DecideError, NewApproval, Verdict};
+pub use audit::{
+    AuditEntry, AuditQuery, CallDecision, CallOutcome, MAX_AUDIT_ERROR_CHARS, scrub_error,
+};
 pub use clients::{CLIENT_KEY_PREFIX, ClientInfo, is_valid_client_name};
 pub use embeddings::{TextHash, text_hash};
 pub use oauth::{AUTH_STATE_TTL, AuthState, ClientRegistration, CredentialStatus, Credentials};
+pub use pins::{PinHash, PinState, SeenTool, ToolPin, TrustedDefinition};
 pub use secrets::{KeySource, SECRET_KEY_FILE, SECRET_KEY_VAR};
 
 /// Why the store failed. Messages are lower-case and name the file or variable, never a stored

@@ -58,9 +58,6 @@ use crate::{
     stdio,
 };
 
-/// The largest JSON response accepted from an upstream (rmcp's default is 16 MiB).
-const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
-
 /// The rmcp client handler mcpgw runs for each upstream session.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
@@ -104,13 +101,18 @@ pub(crate) struct Connected {
 
 /// Connects once over the configured transport, under `policy` (this server's). `known_era`
 /// skips the probe. `oauth` is the client of a server configured for OAuth (Streamable HTTP
-/// only): requests go through it and carry its access token.
+/// only): requests go through it and carry its access token. `max_response_bytes`
+/// (`[limits] response_bytes`) caps each message the server sends over Streamable HTTP (a JSON
+/// body or one SSE event) and legacy SSE (one event); a larger one fails the request it
+/// answers. Stdio keeps rmcp's fixed 16 MiB per line: its child-process transport offers no
+/// setting.
 pub(crate) async fn connect(
     config: &config::ServerConfig,
     policy: &Arc<Policy>,
     handler: UpstreamClient,
     known_era: Option<Era>,
     oauth: Option<&AuthorizedClient>,
+    max_response_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
     let lifecycle = match known_era {
         Some(Era::Modern) => ClientLifecycleMode::Discover {
@@ -127,7 +129,16 @@ pub(crate) async fn connect(
         },
     };
     let probing = matches!(lifecycle, ClientLifecycleMode::Auto { .. });
-    match connect_with(config, policy, handler.clone(), lifecycle, oauth).await {
+    match connect_with(
+        config,
+        policy,
+        handler.clone(),
+        lifecycle,
+        oauth,
+        max_response_bytes,
+    )
+    .await
+    {
         Err(UpstreamError::Protocol { reason, .. }) if probing => {
             tracing::info!(server = %config.name, %reason, "era probe failed, retrying with initialize");
             connect_with(
@@ -136,6 +147,7 @@ pub(crate) async fn connect(
                 handler,
                 ClientLifecycleMode::Initialize,
                 oauth,
+                max_response_bytes,
             )
             .await
         }
@@ -149,6 +161,7 @@ async fn connect_with(
     handler: UpstreamClient,
     lifecycle: ClientLifecycleMode,
     oauth: Option<&AuthorizedClient>,
+    max_response_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
     if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
@@ -173,7 +186,8 @@ async fn connect_with(
                 .into_iter()
                 .filter_map(|(k, v)| Some((k?, v)))
                 .collect();
-            transport_config.max_json_response_size = MAX_RESPONSE_BYTES;
+            transport_config.max_json_response_size = max_response_bytes;
+            transport_config.max_sse_event_size = max_response_bytes;
             match oauth {
                 Some(client) => {
                     let transport = StreamableHttpClientTransport::with_client(
@@ -196,13 +210,16 @@ async fn connect_with(
         config::Transport::Sse(http_config) => {
             let headers = request_headers(config, http_config)?;
             let client = http_client(policy.clone()).map_err(|e| client_error(&server, &e))?;
-            let transport = SseClientTransport::connect(SseClientConfig {
-                url: http_config.url.clone(),
-                headers,
-                client,
-                policy: policy.clone(),
-                connect_timeout: config.timeout,
-            })
+            let transport = SseClientTransport::connect_with_limit(
+                SseClientConfig {
+                    url: http_config.url.clone(),
+                    headers,
+                    client,
+                    policy: policy.clone(),
+                    connect_timeout: config.timeout,
+                },
+                max_response_bytes,
+            )
             .await
             .map_err(|e| {
                 refused_in(config, &e)
@@ -803,7 +820,7 @@ mod tests {
             Arc::new(policy.for_server(server.name.as_str(), server.allow_private_network));
         let (changes, _) = mpsc::unbounded_channel();
         let handler = UpstreamClient::new(server.name.to_string(), changes);
-        match connect(&server, &policy, handler, None, None).await {
+        match connect(&server, &policy, handler, None, None, 1024 * 1024).await {
             Ok(_) => panic!("connected"),
             Err(error) => error,
         }

@@ -69,6 +69,7 @@ impl Upstreams {
                     policy,
                     changes.clone(),
                     oauth.clone(),
+                    config.policy.limits.response_bytes,
                 ))
             })
             .collect();

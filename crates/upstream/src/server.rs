@@ -75,6 +75,8 @@ pub struct Server {
     /// Where this server's connections may go: the global allowlist plus its own
     /// `allow_private_network`, for its transport and its OAuth alike.
     policy: Arc<Policy>,
+    /// The largest message accepted from this server (`[limits] response_bytes`).
+    max_response_bytes: usize,
     handler: UpstreamClient,
     /// Where an `oauth` server's tokens are kept; `None` when the database could not be opened.
     oauth_store: Option<Arc<dyn OAuthStore>>,
@@ -95,12 +97,14 @@ impl Server {
         policy: Arc<Policy>,
         changes: mpsc::UnboundedSender<ToolsChanged>,
         oauth_store: Option<Arc<dyn OAuthStore>>,
+        max_response_bytes: usize,
     ) -> Self {
         let name = config.name.to_string();
         Self {
             handler: UpstreamClient::new(name.clone(), changes),
             config,
             policy,
+            max_response_bytes,
             oauth_store,
             authorized: Mutex::new(None),
             connect_lock: tokio::sync::Mutex::new(()),
@@ -271,6 +275,7 @@ impl Server {
                 self.handler.clone(),
                 known_era,
                 oauth.as_ref(),
+                self.max_response_bytes,
             )
             .await
         };

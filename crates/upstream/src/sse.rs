@@ -34,7 +34,8 @@
 //!   repeated `endpoint` events are ignored. There is no resumption in this
 //!   protocol: when the stream ends or fails, [`Transport::receive`] returns
 //!   `None`, the connection is over and the owner reconnects.
-//! - One event may hold at most [`MAX_EVENT_BYTES`]; a larger one ends the
+//! - One event may hold at most [`MAX_EVENT_BYTES`] (or the limit given to
+//!   [`SseClientTransport::connect_with_limit`]); a larger one ends the
 //!   stream, so a hostile server cannot make us buffer without bound.
 //! - `sse-stream` 0.2 rejects lines the SSE spec says to ignore (unknown field
 //!   names, lines without a colon). Real MCP servers never send them, and
@@ -188,7 +189,9 @@ impl SseClientTransport {
         Self::connect_with_limit(config, MAX_EVENT_BYTES).await
     }
 
-    async fn connect_with_limit(
+    /// [`SseClientTransport::connect`] with at most `max_event_bytes` per event instead of
+    /// [`MAX_EVENT_BYTES`].
+    pub async fn connect_with_limit(
         config: SseClientConfig,
         max_event_bytes: usize,
     ) -> Result<Self, SseError> {

@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
+mod approvals;
 mod auth_headers;
 mod bad_input;
 mod cli;
@@ -7,10 +8,14 @@ mod client_keys;
 mod clients;
 mod faults;
 mod harness;
+mod jwt;
+mod limits;
 mod naming;
 mod network;
 mod oauth;
 mod oauth_fixture;
+mod pinning;
+mod profiles;
 mod search;
 mod signin;
 mod upstreams;

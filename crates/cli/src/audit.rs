@@ -1,0 +1,496 @@
+//! `mcpgw audit`: the audit log of tool calls, newest first.
+//!
+//! Reads the database the gateway writes (it may be running: SQLite's write-ahead log lets a
+//! reader in). Times are shown in UTC; `--since` takes a duration back from now (`90s`, `30m`,
+//! `1h`, `2d`, `1w`) or an RFC 3339 time. Rows never hold arguments, only their SHA-256.
+
+use std::{
+    path::Path,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{Context, anyhow};
+use serde_json::json;
+
+use crate::{Failure, command::load_config};
+
+/// How many records are shown unless `--limit` says otherwise.
+const DEFAULT_LIMIT: u32 = 50;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Only the calls of this client (`mcpgw clients add NAME`).
+    #[arg(long, conflicts_with = "principal")]
+    client: Option<String>,
+    /// Only the calls of this principal id: `local`, `client:NAME` or `user:SUBJECT`.
+    #[arg(long)]
+    principal: Option<String>,
+    /// Only calls since then: a duration back from now (30m, 1h, 2d) or an RFC 3339 time
+    /// (2025-06-01T12:00:00Z).
+    #[arg(long)]
+    since: Option<String>,
+    /// At most this many records, newest first.
+    #[arg(long, default_value_t = DEFAULT_LIMIT, value_parser = clap::value_parser!(u32).range(1..))]
+    limit: u32,
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) async fn run(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
+    let principal = match (&args.client, &args.principal) {
+        (Some(name), _) if !store::is_valid_client_name(name) => {
+            return Err(Failure::usage(anyhow!(
+                "'{name}' is not a valid client name: use 1 to 64 of letters, digits, '_', '.', '-'"
+            )));
+        }
+        (Some(name), _) => Some(format!("client:{name}")),
+        (None, principal) => principal.clone(),
+    };
+    let now = SystemTime::now();
+    let since = args
+        .since
+        .as_deref()
+        .map(|text| parse_since(text, now))
+        .transpose()
+        .map_err(Failure::usage)?;
+    let config = load_config(config_path)?;
+    let path = gateway::store_path(&config.store);
+    let store = store::Store::open(&path)
+        .await
+        .context("the database that keeps the audit log cannot be opened")?;
+    let entries = store
+        .audit_entries(&store::AuditQuery {
+            principal,
+            since,
+            limit: args.limit as usize,
+        })
+        .await
+        .context("cannot read the audit log")?;
+    store.close().await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json_rows(&entries))?);
+        return Ok(());
+    }
+    if entries.is_empty() {
+        println!("no tool calls recorded{}", filters_words(&args));
+        return Ok(());
+    }
+    println!("{}", table(&entries));
+    if entries.len() == args.limit as usize {
+        eprintln!(
+            "showing the newest {}; use --limit or --since for others",
+            args.limit
+        );
+    }
+    Ok(())
+}
+
+fn filters_words(args: &Args) -> String {
+    let mut words = Vec::new();
+    if let Some(client) = &args.client {
+        words.push(format!("by client '{client}'"));
+    }
+    if let Some(principal) = &args.principal {
+        words.push(format!("by '{principal}'"));
+    }
+    if let Some(since) = &args.since {
+        words.push(format!("since {since}"));
+    }
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", words.join(" "))
+    }
+}
+
+fn table(entries: &[store::AuditEntry]) -> comfy_table::Table {
+    let mut table = crate::render::table();
+    table.set_header([
+        "time (UTC)",
+        "principal",
+        "tool",
+        "decision",
+        "outcome",
+        "ms",
+        "args",
+        "error",
+    ]);
+    for entry in entries {
+        let decision = match entry.decision.approver() {
+            Some(approver) => format!("{} by {approver}", entry.decision.as_str()),
+            None => entry.decision.as_str().to_owned(),
+        };
+        table.add_row([
+            utc(entry.at, false),
+            entry.principal.clone(),
+            entry.tool.clone(),
+            decision,
+            entry.outcome.as_str().to_owned(),
+            entry.latency.as_millis().to_string(),
+            // Enough to tell calls apart at a glance; --json has the whole hash.
+            entry.arguments_sha256.chars().take(12).collect(),
+            entry.error.clone().unwrap_or_default(),
+        ]);
+    }
+    table
+}
+
+fn json_rows(entries: &[store::AuditEntry]) -> Vec<serde_json::Value> {
+    entries
+        .iter()
+        .map(|entry| {
+            json!({
+                "time": utc(entry.at, true),
+                "at_ms": unix_millis(entry.at),
+                "principal": entry.principal,
+                "server": entry.server,
+                "tool": entry.tool,
+                "arguments_sha256": entry.arguments_sha256,
+                "decision": entry.decision.as_str(),
+                "approver": entry.decision.approver(),
+                "outcome": entry.outcome.as_str(),
+                "latency_ms": u64::try_from(entry.latency.as_millis()).unwrap_or(u64::MAX),
+                "error": entry.error,
+            })
+        })
+        .collect()
+}
+
+/// `time` before now, from `30m`-style durations or an RFC 3339 time.
+fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
+    let text = text.trim();
+    let fail = || {
+        anyhow!(
+            "--since '{text}' is neither a duration (90s, 30m, 1h, 2d, 1w) nor an RFC 3339 time (2025-06-01T12:00:00Z)"
+        )
+    };
+    if let Some(unit) = text.chars().last()
+        && text.len() > 1
+        && text[..text.len() - 1].bytes().all(|b| b.is_ascii_digit())
+    {
+        let n: u64 = text[..text.len() - 1].parse().map_err(|_| fail())?;
+        let seconds = match unit {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            'w' => 7 * 86_400,
+            _ => return Err(fail()),
+        };
+        let back = Duration::from_secs(n.checked_mul(seconds).ok_or_else(fail)?);
+        return Ok(now.checked_sub(back).unwrap_or(UNIX_EPOCH));
+    }
+    parse_rfc3339(text).ok_or_else(fail)
+}
+
+/// An RFC 3339 date-time (`T` or a space between date and time, fractional seconds, `Z` or an
+/// offset), or a bare date meaning its midnight UTC.
+fn parse_rfc3339(text: &str) -> Option<SystemTime> {
+    let bytes = text.as_bytes();
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = text.get(range)?;
+        part.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    if bytes.len() < 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    if bytes.len() == 10 {
+        return from_unix_millis(days * 86_400_000);
+    }
+    if !matches!(bytes[10], b'T' | b't' | b' ')
+        || bytes.len() < 20
+        || bytes[13] != b':'
+        || bytes[16] != b':'
+    {
+        return None;
+    }
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = text.get(19..)?;
+    let mut millis = 0;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let padded = format!("{:0<3}", &fraction[..digits.min(3)]);
+        millis = padded.parse::<i64>().ok()?;
+        rest = &fraction[digits..];
+    }
+    let offset_minutes = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
+                return None;
+            }
+            let (h, m) = (
+                rest.get(1..3)?.parse::<i64>().ok()?,
+                rest.get(4..6)?.parse::<i64>().ok()?,
+            );
+            if !(0..=23).contains(&h) || !(0..=59).contains(&m) {
+                return None;
+            }
+            sign * (h * 60 + m)
+        }
+    };
+    // A leap second reads as the last second of its minute.
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second.min(59) - offset_minutes * 60;
+    from_unix_millis(seconds * 1000 + millis)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC, or `YYYY-MM-DDTHH:MM:SS.mmmZ` when `rfc3339`.
+fn utc(time: SystemTime, rfc3339: bool) -> String {
+    let ms = unix_millis(time);
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s, milli) = (
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000,
+    );
+    if rfc3339 {
+        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+    } else {
+        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
+    }
+}
+
+fn unix_millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => -i64::try_from(before.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+fn from_unix_millis(ms: i64) -> Option<SystemTime> {
+    let offset = Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        UNIX_EPOCH.checked_add(offset)
+    } else {
+        UNIX_EPOCH.checked_sub(offset)
+    }
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The date of a day number since 1970-01-01 (the inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    (
+        if month <= 2 {
+            year_of_era + era * 400 + 1
+        } else {
+            year_of_era + era * 400
+        },
+        month,
+        day,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> SystemTime {
+        from_unix_millis(ms).expect("in range")
+    }
+
+    #[test]
+    fn since_reads_durations_and_rfc3339_times() {
+        let now = at(1_750_000_000_000);
+        let check = |text: &str, expect: Option<i64>| {
+            assert_eq!(
+                parse_since(text, now).ok().map(unix_millis),
+                expect,
+                "{text}"
+            );
+        };
+        check("90s", Some(1_750_000_000_000 - 90_000));
+        check("30m", Some(1_750_000_000_000 - 1_800_000));
+        check("1h", Some(1_750_000_000_000 - 3_600_000));
+        check("2d", Some(1_750_000_000_000 - 172_800_000));
+        check("1w", Some(1_750_000_000_000 - 604_800_000));
+        check("2025-06-01T12:00:00Z", Some(1_748_779_200_000));
+        check("2025-06-01t12:00:00z", Some(1_748_779_200_000));
+        check("2025-06-01 12:00:00Z", Some(1_748_779_200_000));
+        check("2025-06-01T14:00:00+02:00", Some(1_748_779_200_000));
+        check("2025-06-01T11:30:00.25-00:30", Some(1_748_779_200_250));
+        check("2025-06-01", Some(1_748_736_000_000));
+        check("2024-02-29T00:00:00Z", Some(1_709_164_800_000));
+        check("1969-12-31T23:59:59Z", Some(-1000));
+        for bad in [
+            "",
+            "h",
+            "1x",
+            "-1h",
+            "1.5h",
+            "30 m",
+            "2025-02-29",
+            "2025-13-01",
+            "2025-06-01T25:00:00Z",
+            "2025-06-01T12:00:00",
+            "2025-06-01T12:00:00+2",
+            "2025-06-01T12:00:00.Z",
+            "yesterday",
+            "99999999999999999999d",
+        ] {
+            check(bad, None);
+        }
+    }
+
+    #[test]
+    fn times_print_in_utc_both_ways() {
+        assert_eq!(utc(at(0), false), "1970-01-01 00:00:00");
+        assert_eq!(utc(at(1_748_779_200_250), true), "2025-06-01T12:00:00.250Z");
+        assert_eq!(utc(at(1_709_164_800_000), false), "2024-02-29 00:00:00");
+        assert_eq!(utc(at(-1), true), "1969-12-31T23:59:59.999Z");
+        for days in [-800_000, -1, 0, 59, 60, 365, 11_016, 20_000, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+    }
+
+    fn entries() -> Vec<store::AuditEntry> {
+        let entry =
+            |ms, principal: &str, decision, outcome, error: Option<&str>| store::AuditEntry {
+                at: at(ms),
+                principal: principal.to_owned(),
+                server: "fs".to_owned(),
+                tool: "fs__read_file".to_owned(),
+                arguments_sha256: "0123456789abcdef".repeat(4),
+                decision,
+                outcome,
+                latency: Duration::from_millis(42),
+                error: error.map(str::to_owned),
+            };
+        vec![
+            entry(
+                1_748_779_200_250,
+                "client:ci",
+                store::CallDecision::Approved {
+                    approver: "local".into(),
+                },
+                store::CallOutcome::Ok,
+                None,
+            ),
+            entry(
+                1_748_779_100_000,
+                "user:ann",
+                store::CallDecision::RateLimited,
+                store::CallOutcome::NotRun,
+                Some("rate limit"),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_table_shows_one_line_per_call() {
+        let mut table = table(&entries());
+        table.set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+        let text = table.to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].contains("time (UTC)") && lines[1].contains("error"),
+            "{text}"
+        );
+        let row = |line: &str| -> Vec<String> {
+            line.split(['│', '┆'])
+                .map(|cell| cell.trim().to_owned())
+                .filter(|cell| !cell.is_empty())
+                .collect()
+        };
+        assert_eq!(
+            row(lines[3]),
+            [
+                "2025-06-01 12:00:00",
+                "client:ci",
+                "fs__read_file",
+                "approved by local",
+                "ok",
+                "42",
+                "0123456789ab"
+            ]
+        );
+        assert_eq!(
+            row(lines[4]),
+            [
+                "2025-06-01 11:58:20",
+                "user:ann",
+                "fs__read_file",
+                "rate_limited",
+                "not_run",
+                "42",
+                "0123456789ab",
+                "rate limit"
+            ]
+        );
+    }
+
+    #[test]
+    fn json_rows_carry_every_field() {
+        let rows = json_rows(&entries());
+        assert_eq!(
+            rows[0],
+            json!({
+                "time": "2025-06-01T12:00:00.250Z",
+                "at_ms": 1_748_779_200_250_i64,
+                "principal": "client:ci",
+                "server": "fs",
+                "tool": "fs__read_file",
+                "arguments_sha256": "0123456789abcdef".repeat(4),
+                "decision": "approved",
+                "approver": "local",
+                "outcome": "ok",
+                "latency_ms": 42,
+                "error": null,
+            })
+        );
+        assert_eq!(rows[1]["approver"], json!(null));
+        assert_eq!(rows[1]["error"], "rate limit");
+    }
+}

@@ -1,0 +1,240 @@
+//! What one principal may see and call: its profile (`[[profiles]]`) applied to the catalog.
+//!
+//! Invariants:
+//! - A tool outside the caller's profile is treated exactly like a tool that does not exist:
+//!   absent from `tools/list`, `search_tools` and `get_tool_details`, refused at call time
+//!   with the unknown-tool answer, and never offered as a "did you mean" suggestion.
+//! - Search filters by profile *before* ranking (through `catalog::Filter::tools`), so a hidden
+//!   tool never takes a slot in the top k.
+//! - The set of tools a profile allows is computed once per catalog generation and profile,
+//!   then shared by every request.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex},
+};
+
+use catalog::{Catalog, ToolEntry};
+use serde_json::Value;
+
+use crate::{Gateway, Principal};
+
+/// A principal and the profile it runs under.
+pub struct Access<'a> {
+    pub principal: Principal,
+    pub profile: Option<&'a config::Profile>,
+    gateway: &'a Gateway,
+}
+
+/// The per-profile allowed sets, by profile name, for one catalog generation.
+#[derive(Default)]
+pub(crate) struct ProfileSets(Mutex<HashMap<String, (u64, Arc<HashSet<String>>)>>);
+
+fn hint(entry: &ToolEntry, name: &str) -> Option<bool> {
+    entry
+        .raw
+        .get("annotations")?
+        .get(name)
+        .and_then(Value::as_bool)
+}
+
+/// Whether `profile` lets `entry` through.
+pub fn permits(profile: &config::Profile, entry: &ToolEntry) -> bool {
+    profile.permits(
+        &entry.server,
+        &entry.qualified,
+        hint(entry, "readOnlyHint"),
+        hint(entry, "destructiveHint"),
+    )
+}
+
+impl<'a> Access<'a> {
+    pub fn new(gateway: &'a Gateway, principal: Principal) -> Access<'a> {
+        let profile = principal.profile(&gateway.config().policy);
+        Access {
+            principal,
+            profile,
+            gateway,
+        }
+    }
+
+    /// The view of a profile on its own (`mcpgw tools --profile`), as the local user.
+    pub fn for_profile(gateway: &'a Gateway, profile: &'a config::Profile) -> Access<'a> {
+        Access {
+            principal: Principal::Local,
+            profile: Some(profile),
+            gateway,
+        }
+    }
+
+    /// Whether the caller may see and call `entry`.
+    pub fn permits(&self, entry: &ToolEntry) -> bool {
+        self.profile.is_none_or(|profile| permits(profile, entry))
+    }
+
+    /// Whether the caller may see `server` at all (its name in the server list).
+    pub fn permits_server(&self, server: &str) -> bool {
+        self.profile.is_none_or(|profile| {
+            profile.servers.is_empty() || profile.servers.iter().any(|p| p.matches(server))
+        })
+    }
+
+    /// The exposure mode this caller gets: its profile's, else `[gateway] exposure`.
+    pub fn exposure(&self) -> config::Exposure {
+        self.profile
+            .and_then(|p| p.exposure)
+            .unwrap_or(self.gateway.config().gateway.exposure)
+    }
+
+    /// The qualified names the caller may use in the current catalog, for the search filter;
+    /// `None` when no profile applies (everything is allowed).
+    pub fn allowed_tools(&self) -> Option<Arc<HashSet<String>>> {
+        let profile = self.profile?;
+        let (generation, catalog) = self.gateway.snapshot();
+        let mut sets = self
+            .gateway
+            .profile_sets
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((built_for, set)) = sets.get(&profile.name)
+            && *built_for == generation
+        {
+            return Some(set.clone());
+        }
+        let set: Arc<HashSet<String>> = Arc::new(
+            catalog
+                .tools()
+                .iter()
+                .filter(|entry| permits(profile, entry))
+                .map(|entry| entry.qualified.clone())
+                .collect(),
+        );
+        sets.insert(profile.name.clone(), (generation, set.clone()));
+        Some(set)
+    }
+
+    /// The caller's view of `qualified`: the entry when it exists and is permitted.
+    pub fn get<'c>(&self, catalog: &'c Catalog, qualified: &str) -> Option<&'c ToolEntry> {
+        catalog.get(qualified).filter(|entry| self.permits(entry))
+    }
+
+    /// Names of the servers the caller may see, with descriptions, in configuration order.
+    pub fn servers(&self) -> Vec<(String, Option<String>)> {
+        self.gateway
+            .upstreams()
+            .servers()
+            .iter()
+            .filter(|s| self.permits_server(s.name()))
+            .map(|s| (s.name().to_owned(), s.config().description.clone()))
+            .collect()
+    }
+
+    /// cl100k_base tokens of the `tools/list` this caller is shown: the three meta-tools in
+    /// search mode, every permitted tool in passthrough.
+    pub fn listed_tokens(&self) -> usize {
+        match self.exposure() {
+            config::Exposure::Search => {
+                let tools = crate::meta::tools(&self.servers());
+                catalog::cost::count_tokens(&serde_json::to_string(&tools).unwrap_or_default())
+            }
+            config::Exposure::Passthrough => self
+                .gateway
+                .catalog()
+                .tools()
+                .iter()
+                .filter(|entry| self.permits(entry))
+                .map(|entry| entry.token_cost)
+                .sum(),
+        }
+    }
+
+    /// The "unknown tool" message for `name`: why, when it is a tool held by pinning that the
+    /// caller may use; else the closest names among the tools the caller may use.
+    pub fn unknown_tool_message(&self, catalog: &Catalog, name: &str) -> String {
+        let held = self.gateway.held_tools();
+        // A held tool's annotations are not trusted yet: a profile that needs a hint to admit
+        // it does not see it.
+        if let Some(tool) = held.iter().find(|tool| {
+            tool.qualified == name
+                && self
+                    .profile
+                    .is_none_or(|p| p.permits(&tool.server, &tool.qualified, None, None))
+        }) {
+            return tool.explanation();
+        }
+        crate::meta::unknown_tool_message_where(
+            catalog,
+            &self.gateway.held_tools(),
+            name,
+            &|entry| self.permits(entry),
+        )
+    }
+}
+
+impl Gateway {
+    /// The current catalog with its generation.
+    pub(crate) fn snapshot(&self) -> (u64, Arc<Catalog>) {
+        let slot = self
+            .catalog
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        (slot.0, slot.1.clone())
+    }
+
+    /// What `principal` may see and call.
+    pub fn access(&self, principal: Principal) -> Access<'_> {
+        Access::new(self, principal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(server: &str, name: &str, annotations: Value) -> ToolEntry {
+        let (catalog, _) = Catalog::build(&[catalog::ServerTools {
+            server: server.to_owned(),
+            description: None,
+            tools: vec![json!({
+                "name": name,
+                "description": "d",
+                "inputSchema": {"type": "object"},
+                "annotations": annotations,
+            })],
+        }]);
+        catalog.tools()[0].clone()
+    }
+
+    #[test]
+    fn annotation_rules_read_the_explicit_hints() {
+        let profile = config::Profile {
+            name: "ro".into(),
+            servers: vec![],
+            allow: vec![],
+            deny: vec![],
+            read_only: true,
+            destructive: true,
+            exposure: None,
+            clients: vec![],
+            admin: false,
+            calls_per_minute: None,
+        };
+        assert!(permits(
+            &profile,
+            &entry("fs", "read", json!({"readOnlyHint": true}))
+        ));
+        assert!(!permits(&profile, &entry("fs", "write", json!({}))));
+        let no_destructive = config::Profile {
+            read_only: false,
+            destructive: false,
+            ..profile
+        };
+        assert!(!permits(
+            &no_destructive,
+            &entry("fs", "rm", json!({"destructiveHint": true}))
+        ));
+        assert!(permits(&no_destructive, &entry("fs", "touch", json!({}))));
+    }
+}

@@ -1,0 +1,564 @@
+//! The audit log: one row per tool call, newest first on the way out.
+//!
+//! A row says who called which tool of which server, the SHA-256 of the arguments' canonical
+//! JSON (never the arguments: they may hold personal data or secrets), what the gateway decided
+//! and how the call ended. Its error message is the gateway's own short summary; the store
+//! still scrubs it ([`scrub_error`]) before writing, so a credential that slipped into one
+//! (a URL's query, a bearer token, a client key) never reaches the table.
+//!
+//! Rows are appended, never updated, and nothing deletes them yet: retention (by age or row
+//! count) is a later feature.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::Row as _;
+
+use crate::{Store, StoreError};
+
+/// Longest error message kept, in characters.
+pub const MAX_AUDIT_ERROR_CHARS: usize = 200;
+
+/// What the gateway decided about a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallDecision {
+    /// Forwarded without asking anyone.
+    Allowed,
+    /// Forwarded after a person approved it.
+    Approved { approver: String },
+    /// A person rejected it (`approver` when known).
+    Rejected { approver: Option<String> },
+    /// The principal's profile does not permit the tool.
+    Denied,
+    /// The principal was over its calls-per-minute limit.
+    RateLimited,
+    /// The tool's definition changed and waits to be trusted again.
+    Held,
+    /// Nobody decided an approval in time.
+    TimedOut,
+}
+
+impl CallDecision {
+    /// The word stored and shown: `allowed`, `approved`, `rejected`, `denied`, `rate_limited`,
+    /// `held`, `timed_out`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CallDecision::Allowed => "allowed",
+            CallDecision::Approved { .. } => "approved",
+            CallDecision::Rejected { .. } => "rejected",
+            CallDecision::Denied => "denied",
+            CallDecision::RateLimited => "rate_limited",
+            CallDecision::Held => "held",
+            CallDecision::TimedOut => "timed_out",
+        }
+    }
+
+    /// Who decided, when a person did.
+    pub fn approver(&self) -> Option<&str> {
+        match self {
+            CallDecision::Approved { approver } => Some(approver),
+            CallDecision::Rejected { approver } => approver.as_deref(),
+            _ => None,
+        }
+    }
+
+    fn from_row(word: &str, approver: Option<String>) -> Option<CallDecision> {
+        Some(match word {
+            "allowed" => CallDecision::Allowed,
+            "approved" => CallDecision::Approved {
+                approver: approver.unwrap_or_default(),
+            },
+            "rejected" => CallDecision::Rejected { approver },
+            "denied" => CallDecision::Denied,
+            "rate_limited" => CallDecision::RateLimited,
+            "held" => CallDecision::Held,
+            "timed_out" => CallDecision::TimedOut,
+            _ => return None,
+        })
+    }
+}
+
+/// How a call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The upstream answered with a result.
+    Ok,
+    /// The upstream answered with a result marked `isError`.
+    ToolError,
+    /// The upstream could not be reached or failed to answer.
+    UpstreamError,
+    /// Nothing was sent upstream (denied, rate limited, rejected, invalid arguments...).
+    NotRun,
+}
+
+impl CallOutcome {
+    /// The word stored and shown: `ok`, `tool_error`, `upstream_error`, `not_run`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Ok => "ok",
+            CallOutcome::ToolError => "tool_error",
+            CallOutcome::UpstreamError => "upstream_error",
+            CallOutcome::NotRun => "not_run",
+        }
+    }
+
+    fn from_row(word: &str) -> Option<CallOutcome> {
+        Some(match word {
+            "ok" => CallOutcome::Ok,
+            "tool_error" => CallOutcome::ToolError,
+            "upstream_error" => CallOutcome::UpstreamError,
+            "not_run" => CallOutcome::NotRun,
+            _ => return None,
+        })
+    }
+}
+
+/// One row of the audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// When the call arrived (millisecond precision once stored).
+    pub at: SystemTime,
+    /// `local`, `client:NAME` or `user:SUBJECT`.
+    pub principal: String,
+    pub server: String,
+    /// The qualified tool name (`server__tool`).
+    pub tool: String,
+    /// SHA-256 of the arguments' canonical JSON, lower-case hex.
+    pub arguments_sha256: String,
+    pub decision: CallDecision,
+    pub outcome: CallOutcome,
+    pub latency: Duration,
+    /// The gateway's short summary of what went wrong, if anything did.
+    pub error: Option<String>,
+}
+
+/// Which rows [`Store::audit_entries`] returns: newest first, at most `limit`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Only this principal's calls (`client:ci`, `local`, ...).
+    pub principal: Option<String>,
+    /// Only calls that arrived at or after this time.
+    pub since: Option<SystemTime>,
+    pub limit: usize,
+}
+
+impl Store {
+    /// Appends `entry` to the audit log. The error message is scrubbed and cut to
+    /// [`MAX_AUDIT_ERROR_CHARS`] first.
+    pub async fn record_call(&self, entry: &AuditEntry) -> Result<(), StoreError> {
+        let error = entry.error.as_deref().map(scrub_error);
+        sqlx::query(
+            "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, approver,
+                                outcome, latency_ms, error)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(unix_millis(entry.at))
+        .bind(&entry.principal)
+        .bind(&entry.server)
+        .bind(&entry.tool)
+        .bind(&entry.arguments_sha256)
+        .bind(entry.decision.as_str())
+        .bind(entry.decision.approver())
+        .bind(entry.outcome.as_str())
+        .bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
+        .bind(error)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The rows `query` selects, newest first. A row this version cannot read (a decision or
+    /// outcome written by a newer mcpgw) is skipped and logged.
+    pub async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
+        // Four fixed statements rather than `? IS NULL OR ...`, which would keep SQLite from
+        // using the indexes.
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        let since = query.since.map(unix_millis);
+        let rows =
+            match (&query.principal, since) {
+                (None, None) => sqlx::query(
+                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                            outcome, latency_ms, error
+                     FROM audit ORDER BY at_ms DESC, id DESC LIMIT ?",
+                )
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+                (None, Some(since)) => sqlx::query(
+                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                            outcome, latency_ms, error
+                     FROM audit WHERE at_ms >= ? ORDER BY at_ms DESC, id DESC LIMIT ?",
+                )
+                .bind(since)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+                (Some(principal), None) => sqlx::query(
+                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                            outcome, latency_ms, error
+                     FROM audit WHERE principal = ? ORDER BY at_ms DESC, id DESC LIMIT ?",
+                )
+                .bind(principal)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+                (Some(principal), Some(since)) => sqlx::query(
+                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                            outcome, latency_ms, error
+                     FROM audit WHERE principal = ? AND at_ms >= ?
+                     ORDER BY at_ms DESC, id DESC LIMIT ?",
+                )
+                .bind(principal)
+                .bind(since)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+            };
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: i64 = row.try_get("id")?;
+            let decision: String = row.try_get("decision")?;
+            let outcome: String = row.try_get("outcome")?;
+            let (Some(decision), Some(outcome)) = (
+                CallDecision::from_row(&decision, row.try_get("approver")?),
+                CallOutcome::from_row(&outcome),
+            ) else {
+                tracing::warn!(
+                    id,
+                    decision,
+                    outcome,
+                    "skipped an audit row this version cannot read"
+                );
+                continue;
+            };
+            entries.push(AuditEntry {
+                at: from_unix_millis(row.try_get("at_ms")?),
+                principal: row.try_get("principal")?,
+                server: row.try_get("server")?,
+                tool: row.try_get("tool")?,
+                arguments_sha256: row.try_get("args_sha256")?,
+                decision,
+                outcome,
+                latency: Duration::from_millis(
+                    u64::try_from(row.try_get::<i64, _>("latency_ms")?).unwrap_or(0),
+                ),
+                error: row.try_get("error")?,
+            });
+        }
+        Ok(entries)
+    }
+}
+
+/// `text` made safe to store: one line, credential-shaped words replaced by `[redacted]`
+/// (a client key, a word after `Bearer`, the value of a `key=`/`token=`/`secret=`/... pair,
+/// a long run of key-like characters mixing letters and digits), URLs cut to scheme and host,
+/// and at most [`MAX_AUDIT_ERROR_CHARS`] characters.
+pub fn scrub_error(text: &str) -> String {
+    const REDACTED: &str = "[redacted]";
+    let flat: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut after_bearer = false;
+    for word in flat.split(' ').filter(|w| !w.is_empty()) {
+        let scrubbed = if after_bearer {
+            REDACTED.to_owned()
+        } else if let Some(origin) = url_origin(word) {
+            origin
+        } else if let Some((name, _)) = word.split_once(['=', ':'])
+            && names_a_secret(name)
+            && word.len() > name.len() + 1
+        {
+            format!("{}{REDACTED}", &word[..=name.len()])
+        } else if looks_like_a_credential(word) {
+            REDACTED.to_owned()
+        } else {
+            word.to_owned()
+        };
+        after_bearer = word.eq_ignore_ascii_case("bearer");
+        out.push(scrubbed);
+    }
+    let joined = out.join(" ");
+    match joined.char_indices().nth(MAX_AUDIT_ERROR_CHARS) {
+        None => joined,
+        Some((cut, _)) => {
+            let mut short = joined[..cut].to_owned();
+            short.push('…');
+            short
+        }
+    }
+}
+
+/// `scheme://host[:port]` of a word that contains a URL, dropping user info, path, query and
+/// fragment (a query often carries a key or a session id).
+fn url_origin(word: &str) -> Option<String> {
+    let start = word.find("://")?;
+    let scheme_start = word[..start]
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .map_or(0, |i| i + 1);
+    let rest = &word[start + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    Some(format!(
+        "{}{}://{host}",
+        &word[..scheme_start],
+        &word[scheme_start..start]
+    ))
+}
+
+fn names_a_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    [
+        "key",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "auth",
+        "credential",
+        "session",
+        "signature",
+        "sig",
+        "code",
+    ]
+    .iter()
+    .any(|secret| name.contains(secret))
+}
+
+/// A client key, or 24 and more key-like characters with both letters and digits: the shape
+/// of an API key, a token or a hash, not of a word or a tool name.
+fn looks_like_a_credential(word: &str) -> bool {
+    let word = word.trim_matches(|c: char| matches!(c, '\'' | '"' | ',' | '.' | ';' | ')' | '('));
+    if word.contains(crate::CLIENT_KEY_PREFIX) {
+        return true;
+    }
+    word.len() >= 24
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'/' | b'='))
+        && word.bytes().any(|b| b.is_ascii_digit())
+        && word.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
+fn unix_millis(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
+fn from_unix_millis(ms: i64) -> SystemTime {
+    let offset = Duration::from_millis(ms.unsigned_abs());
+    let time = if ms >= 0 {
+        UNIX_EPOCH.checked_add(offset)
+    } else {
+        UNIX_EPOCH.checked_sub(offset)
+    };
+    time.unwrap_or(UNIX_EPOCH)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store() -> Store {
+        Store::open_in_memory().await.expect("open")
+    }
+
+    fn entry(principal: &str, at_ms: u64, decision: CallDecision) -> AuditEntry {
+        AuditEntry {
+            at: UNIX_EPOCH + Duration::from_millis(at_ms),
+            principal: principal.to_owned(),
+            server: "fs".to_owned(),
+            tool: "fs__read".to_owned(),
+            arguments_sha256: "ab".repeat(32),
+            decision,
+            outcome: CallOutcome::Ok,
+            latency: Duration::from_millis(12),
+            error: None,
+        }
+    }
+
+    fn query(principal: Option<&str>, since_ms: Option<u64>, limit: usize) -> AuditQuery {
+        AuditQuery {
+            principal: principal.map(str::to_owned),
+            since: since_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+            limit,
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_come_back_newest_first_and_filtered() {
+        let store = store().await;
+        let written = [
+            entry("local", 1_000, CallDecision::Allowed),
+            entry(
+                "client:ci",
+                2_000,
+                CallDecision::Approved {
+                    approver: "local".into(),
+                },
+            ),
+            entry("client:ci", 3_000, CallDecision::RateLimited),
+            entry("user:ann", 3_000, CallDecision::Rejected { approver: None }),
+        ];
+        for entry in &written {
+            store.record_call(entry).await.expect("record");
+        }
+        let all = store
+            .audit_entries(&query(None, None, 10))
+            .await
+            .expect("query");
+        // Same time: the later insert first.
+        assert_eq!(
+            all,
+            [
+                written[3].clone(),
+                written[2].clone(),
+                written[1].clone(),
+                written[0].clone()
+            ]
+        );
+        let ci = store
+            .audit_entries(&query(Some("client:ci"), None, 10))
+            .await
+            .expect("query");
+        assert_eq!(ci, [written[2].clone(), written[1].clone()]);
+        let recent = store
+            .audit_entries(&query(None, Some(2_000), 10))
+            .await
+            .expect("query");
+        assert_eq!(recent.len(), 3);
+        let both = store
+            .audit_entries(&query(Some("client:ci"), Some(2_500), 10))
+            .await
+            .expect("query");
+        assert_eq!(both, [written[2].clone()]);
+        let one = store
+            .audit_entries(&query(None, None, 1))
+            .await
+            .expect("query");
+        assert_eq!(one, [written[3].clone()]);
+        assert!(
+            store
+                .audit_entries(&query(Some("nobody"), None, 10))
+                .await
+                .expect("query")
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn every_decision_and_outcome_round_trips() {
+        let store = store().await;
+        let decisions = [
+            CallDecision::Allowed,
+            CallDecision::Approved {
+                approver: "client:ops".into(),
+            },
+            CallDecision::Rejected {
+                approver: Some("local".into()),
+            },
+            CallDecision::Rejected { approver: None },
+            CallDecision::Denied,
+            CallDecision::RateLimited,
+            CallDecision::Held,
+            CallDecision::TimedOut,
+        ];
+        let outcomes = [
+            CallOutcome::Ok,
+            CallOutcome::ToolError,
+            CallOutcome::UpstreamError,
+            CallOutcome::NotRun,
+        ];
+        let mut written = Vec::new();
+        for (i, decision) in decisions.iter().enumerate() {
+            let mut e = entry("local", i as u64, decision.clone());
+            e.outcome = outcomes[i % outcomes.len()];
+            e.error = Some(format!("error {i}"));
+            store.record_call(&e).await.expect("record");
+            written.push(e);
+        }
+        let mut read = store
+            .audit_entries(&query(None, None, 100))
+            .await
+            .expect("query");
+        read.reverse();
+        assert_eq!(read, written);
+    }
+
+    #[tokio::test]
+    async fn unreadable_rows_are_skipped() {
+        let store = store().await;
+        store
+            .record_call(&entry("local", 1, CallDecision::Allowed))
+            .await
+            .expect("record");
+        sqlx::query(
+            "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
+                                latency_ms) VALUES (2, 'local', 's', 's__t', '', 'vetoed', 'ok', 0)",
+        )
+        .execute(&store.pool)
+        .await
+        .expect("insert");
+        let read = store
+            .audit_entries(&query(None, None, 10))
+            .await
+            .expect("query");
+        assert_eq!(read.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn stored_errors_are_scrubbed() {
+        let store = store().await;
+        let mut e = entry("local", 1, CallDecision::Allowed);
+        e.error = Some("401 from https://u:p@api.example/x?key=s3cr3t with Bearer abc".into());
+        store.record_call(&e).await.expect("record");
+        let read = store
+            .audit_entries(&query(None, None, 1))
+            .await
+            .expect("query");
+        assert_eq!(
+            read[0].error.as_deref(),
+            Some("401 from https://api.example with Bearer [redacted]")
+        );
+    }
+
+    #[test]
+    fn scrubbing_removes_credential_shapes_and_keeps_words() {
+        let check = |input: &str, expect: &str| assert_eq!(scrub_error(input), expect, "{input}");
+        check(
+            "'fs' did not answer within 30s",
+            "'fs' did not answer within 30s",
+        );
+        check(
+            "connection to 'git' was lost: transport closed",
+            "connection to 'git' was lost: transport closed",
+        );
+        check(
+            "error sending request for url (http://127.0.0.1:9/mcp?session=abc)",
+            "error sending request for url (http://127.0.0.1:9",
+        );
+        check("used key mcpgw_AbCdEf012345", "used key [redacted]");
+        check(
+            "token=abc api_key:xyz secret=",
+            "token=[redacted] api_key:[redacted] secret=",
+        );
+        check(
+            "sent ghp_0123456789abcdefABCDEF0123 upstream",
+            "sent [redacted] upstream",
+        );
+        check(
+            "tool everything__get_resource_reference failed",
+            "tool everything__get_resource_reference failed",
+        );
+        check("line one\nline two", "line one line two");
+        let long = "word ".repeat(100);
+        let scrubbed = scrub_error(&long);
+        assert_eq!(scrubbed.chars().count(), MAX_AUDIT_ERROR_CHARS + 1);
+        assert!(scrubbed.ends_with('…'));
+    }
+}
