@@ -10,7 +10,8 @@
 //!   valid `initialize` first, so that session-bound requests reach mcpgw's handlers;
 //! - byte 1, bits 0-1: `Host` (the listener's address, `localhost`, a foreign host, none);
 //!   bits 2-3: method (POST, POST, DELETE, GET); bit 4: an unknown `Mcp-Session-Id`
-//!   (ignored when bit 7 of byte 0 opened a session).
+//!   (ignored when bit 7 of byte 0 opened a session); bit 5: `Mcp-Method` and `Mcp-Name`
+//!   mirrored from the body, as 2026-07-28 clients send them.
 //!
 //! Invariant: no panic (libFuzzer aborts on any, spawned tasks included), no 5xx status, and
 //! every response body ends (a body that never does trips libFuzzer's `-timeout`).
@@ -24,8 +25,9 @@ use std::{
 };
 
 use axum::{Router, body::Body};
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -68,7 +70,12 @@ static HARNESS: LazyLock<Harness> = LazyLock::new(|| {
         let local: SocketAddr = LOCAL.parse().expect("socket address");
         // Never cancelled; leaked so sessions live as long as the process.
         let shutdown = Box::leak(Box::new(CancellationToken::new()));
-        gateway::http_app(Arc::clone(&gateway), local, gateway::ClientAccess::Open, shutdown)
+        gateway::http_app(
+            Arc::clone(&gateway),
+            local,
+            gateway::ClientAccess::Open,
+            shutdown,
+        )
     });
     Harness { runtime, app }
 });
@@ -104,7 +111,10 @@ async fn run(app: &Router, flags: [u8; 2], body: &[u8]) {
     };
     request = match flags[0] & 0b11 {
         0 => request.header(http::header::CONTENT_TYPE, "application/json"),
-        1 => request.header(http::header::CONTENT_TYPE, "application/json; charset=utf-8"),
+        1 => request.header(
+            http::header::CONTENT_TYPE,
+            "application/json; charset=utf-8",
+        ),
         2 => request.header(http::header::CONTENT_TYPE, "text/plain"),
         _ => request,
     };
@@ -119,6 +129,11 @@ async fn run(app: &Router, flags: [u8; 2], body: &[u8]) {
     }
     if let Some(id) = &session {
         request = request.header("mcp-session-id", id.as_str());
+    }
+    if flags[1] & 0x20 != 0 {
+        for (name, value) in mirrored_headers(body) {
+            request = request.header(name, value);
+        }
     }
     let request = request
         .body(Body::from(body.to_vec()))
@@ -156,6 +171,37 @@ async fn read_body(response: Response<Body>) -> Vec<u8> {
         .await
         .map(|bytes| bytes.to_vec())
         .unwrap_or_default()
+}
+
+/// The `Mcp-Method` and `Mcp-Name` headers a 2026-07-28 client mirrors from a request's body
+/// (SEP-2243). A name that cannot be a header value as it is is left out (clients would send
+/// it base64-wrapped).
+fn mirrored_headers(body: &[u8]) -> Vec<(&'static str, HeaderValue)> {
+    let Ok(message) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let mut headers = Vec::new();
+    headers.extend(
+        HeaderValue::from_str(method)
+            .ok()
+            .map(|v| ("mcp-method", v)),
+    );
+    let key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+        _ => return headers,
+    };
+    let name = message
+        .get("params")
+        .and_then(|params| params.get(key))
+        .and_then(Value::as_str)
+        .and_then(|name| HeaderValue::from_str(name).ok());
+    headers.extend(name.map(|v| ("mcp-name", v)));
+    headers
 }
 
 fn post(body: &str, session: Option<&str>) -> Request<Body> {

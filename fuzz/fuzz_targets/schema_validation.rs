@@ -56,7 +56,13 @@ fn check(schema: Value, arguments: Option<&serde_json::Map<String, Value>>) {
     let second = catalog.validate_arguments(&qualified, arguments);
     match (&first, &second) {
         (Ok(Validation::UnknownTool), _) => panic!("{qualified} was built but is unknown"),
-        (Ok(Validation::Unvalidated { reason: a, .. }), Ok(Validation::Unvalidated { reason: b, first: false })) => {
+        (
+            Ok(Validation::Unvalidated { reason: a, .. }),
+            Ok(Validation::Unvalidated {
+                reason: b,
+                first: false,
+            }),
+        ) => {
             assert_eq!(a, b);
         }
         (a, b) => assert_eq!(a, b),

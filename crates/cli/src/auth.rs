@@ -3,8 +3,9 @@
 //! `login` runs the authorization-code flow with a loopback redirect (RFC 8252): it listens on
 //! 127.0.0.1, prints the authorization URL (and opens it when asked to and able), waits for
 //! the browser to come back with the code, and exchanges it. Tokens go to the store, sealed,
-//! for the local principal; the gateway reads them from there. Nothing here prints or logs a
-//! token, the code, or a client secret.
+//! for the local principal; the gateway reads them from there. `status` also lists the sign-ins
+//! other principals (clients and users of a shared gateway) made through the gateway. Nothing
+//! here prints or logs a token, the code, or a client secret.
 
 use std::{
     io::IsTerminal,
@@ -116,20 +117,46 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
         }
         return Ok(());
     }
-    let store = open_store(&config).await?;
+    let store = store::Store::open(&gateway::store_path(&config.store))
+        .await
+        .context("the database that keeps sign-ins cannot be opened")?;
+    // The local user's sign-in to every OAuth server, then every other principal's that exists.
+    let mut wanted: Vec<(&str, String)> = servers
+        .iter()
+        .map(|s| (s.name.as_str(), upstream::LOCAL_PRINCIPAL.to_owned()))
+        .collect();
+    let stored = store
+        .list_credentials()
+        .await
+        .context("cannot list the stored sign-ins")?;
+    for row in stored {
+        if row.principal == upstream::LOCAL_PRINCIPAL {
+            continue;
+        }
+        if let Some(server) = servers.iter().find(|s| s.name.as_str() == row.server) {
+            wanted.push((server.name.as_str(), row.principal));
+        }
+    }
     let mut rows = Vec::new();
-    for server in servers {
-        let name = server.name.as_str();
-        let status = ServerCredentials::new(store.clone(), name)
+    for (name, principal) in wanted {
+        let oauth: Arc<dyn OAuthStore> = Arc::new(StoreOAuth::new(
+            store.clone(),
+            gateway::oauth::Principal::from_id(&principal),
+        ));
+        let status = ServerCredentials::new(oauth, name)
             .status()
             .await
-            .with_context(|| format!("cannot read the sign-in of '{name}'"))?;
-        rows.push((name, status));
+            .with_context(|| format!("cannot read the sign-in of '{name}' for {principal}"))?;
+        rows.push((name, principal, status));
     }
     if json {
         let rows: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(name, status)| gateway::oauth::status_json(name, status))
+            .map(|(name, principal, status)| {
+                let mut row = gateway::oauth::status_json(name, status);
+                row["principal"] = serde_json::json!(principal);
+                row
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -391,10 +418,11 @@ fn query_param(url: &str, name: &str) -> Option<String> {
         .map(|(_, v)| v.into_owned())
 }
 
-fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {
+fn status_table(rows: &[(&str, String, CredentialStatus)]) -> comfy_table::Table {
     let mut table = crate::render::table();
     table.set_header([
         "server",
+        "principal",
         "state",
         "issuer",
         "client",
@@ -402,7 +430,7 @@ fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {
         "access token",
     ]);
     let now = SystemTime::now();
-    for (name, status) in rows {
+    for (name, principal, status) in rows {
         let state = if status.logged_in() {
             "signed in"
         } else {
@@ -419,6 +447,7 @@ fn status_table(rows: &[(&str, CredentialStatus)]) -> comfy_table::Table {
         };
         table.add_row([
             (*name).to_owned(),
+            principal.clone(),
             state.to_owned(),
             status.issuer.clone().unwrap_or_else(|| "-".to_owned()),
             status.client_id.clone().unwrap_or_else(|| "-".to_owned()),

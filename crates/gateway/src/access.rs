@@ -26,9 +26,12 @@ pub struct Access<'a> {
     gateway: &'a Gateway,
 }
 
-/// The per-profile allowed sets, by profile name, for one catalog generation.
+/// A profile's allowed qualified names, and the catalog generation they were computed for.
+type AllowedSet = (u64, Arc<HashSet<String>>);
+
+/// The per-profile allowed sets, by profile name.
 #[derive(Default)]
-pub(crate) struct ProfileSets(Mutex<HashMap<String, (u64, Arc<HashSet<String>>)>>);
+pub(crate) struct ProfileSets(Mutex<HashMap<String, AllowedSet>>);
 
 fn hint(entry: &ToolEntry, name: &str) -> Option<bool> {
     entry
@@ -163,12 +166,7 @@ impl<'a> Access<'a> {
         }) {
             return tool.explanation();
         }
-        crate::meta::unknown_tool_message_where(
-            catalog,
-            &self.gateway.held_tools(),
-            name,
-            &|entry| self.permits(entry),
-        )
+        crate::meta::unknown_tool_message_where(catalog, name, &|entry| self.permits(entry))
     }
 }
 

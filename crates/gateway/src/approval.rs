@@ -165,7 +165,7 @@ pub(crate) fn reason(config: &config::ApprovalConfig, qualified: &str) -> String
 
 /// How waiting for a decision ended.
 pub(crate) enum Waited {
-    Decided(Approval),
+    Decided(Box<Approval>),
     TimedOut,
     Cancelled,
 }
@@ -228,7 +228,7 @@ impl Gateway {
                 Ok(Some(approval)) if approval.status == ApprovalStatus::Cancelled => {
                     return Waited::Cancelled;
                 }
-                Ok(Some(approval)) => return Waited::Decided(approval),
+                Ok(Some(approval)) => return Waited::Decided(Box::new(approval)),
                 Ok(None) => return Waited::Cancelled,
                 Err(error) => {
                     // Keep waiting: the database may come back before the deadline.
@@ -266,7 +266,7 @@ impl Gateway {
                         ApprovalStatus::Approved | ApprovalStatus::Rejected
                     ) =>
                 {
-                    Waited::Decided(approval)
+                    Waited::Decided(Box::new(approval))
                 }
                 _ if status == ApprovalStatus::Expired => Waited::TimedOut,
                 _ => Waited::Cancelled,
@@ -278,7 +278,7 @@ impl Gateway {
 /// Minutes and seconds for messages ("10 minutes", "45 seconds").
 pub(crate) fn duration_words(duration: Duration) -> String {
     let secs = duration.as_secs();
-    if secs >= 60 && secs % 60 == 0 {
+    if secs >= 60 && secs.is_multiple_of(60) {
         let minutes = secs / 60;
         format!("{minutes} minute{}", if minutes == 1 { "" } else { "s" })
     } else {

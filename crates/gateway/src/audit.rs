@@ -223,6 +223,9 @@ pub fn upstream_error_summary(error: &UpstreamError) -> String {
         UpstreamError::Protocol { .. } => {
             "the server's answer is not a valid MCP result".to_owned()
         }
+        UpstreamError::ResponseTooLarge { .. } => {
+            "the server's response was over [limits] response_bytes".to_owned()
+        }
         UpstreamError::CredentialsRejected { .. } => {
             "the server rejected the credentials (HTTP 401)".to_owned()
         }
@@ -232,6 +235,9 @@ pub fn upstream_error_summary(error: &UpstreamError) -> String {
         UpstreamError::OAuthRequired { .. } => "an OAuth sign-in is required".to_owned(),
         UpstreamError::OAuthRefresh { .. } => "the OAuth token could not be refreshed".to_owned(),
         UpstreamError::OAuthUnavailable { .. } => "OAuth is not usable for the server".to_owned(),
+        UpstreamError::TooManyPrincipals { .. } => {
+            "the server has sessions for as many principals as it keeps".to_owned()
+        }
     }
 }
 

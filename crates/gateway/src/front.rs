@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use crate::{
-    Access, Gateway, Principal,
+    Access, AuditRecord, CallDecision, Gateway, Principal,
     approval::{self, Answer, DecisionError},
     meta,
     oauth::login::{self, Logins, Waited},
@@ -169,6 +169,18 @@ struct Call<'a> {
     /// The arguments a human approved, once approved: a re-attempt (after a sign-in) runs
     /// these without asking again.
     approved: Mutex<Option<Map<String, Value>>>,
+    /// The audit record of the catalog tool call, written when the call ends.
+    audit: Mutex<Option<AuditRecord>>,
+}
+
+impl Call<'_> {
+    /// Updates the audit record, if this call keeps one.
+    fn note(&self, update: impl FnOnce(AuditRecord) -> AuditRecord) {
+        let mut slot = lock(&self.audit);
+        if let Some(record) = slot.take() {
+            *slot = Some(update(record));
+        }
+    }
 }
 
 /// The tool a call is about, copied out of the catalog snapshot.
@@ -230,18 +242,60 @@ impl Front {
         arguments: Option<Map<String, Value>>,
         call: &Call<'_>,
     ) -> Result<CallToolResponse, McpError> {
+        let server = match self.gateway.catalog().get(qualified) {
+            Some(entry) => entry.server.clone(),
+            None => qualified
+                .split_once(catalog::naming::SEPARATOR)
+                .map_or_else(String::new, |(server, _)| server.to_owned()),
+        };
+        *lock(&call.audit) = Some(AuditRecord::begin(
+            &call.access.principal,
+            &server,
+            qualified,
+            arguments.as_ref(),
+        ));
+        let response = self
+            .call_catalog_unaudited(qualified, arguments, call)
+            .await;
+        let record = lock(&call.audit).take();
+        // A call that asked its client to approve is recorded when the retry settles it; an
+        // unknown name is no tool call to record.
+        let asked = matches!(response, Ok(CallToolResponse::InputRequired(_)));
+        let unknown = matches!(&response, Err(e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS)
+            && record
+                .as_ref()
+                .is_some_and(|r| r.decision == CallDecision::Allowed);
+        if let Some(record) = record
+            && !asked
+            && !unknown
+        {
+            self.gateway.audit(record);
+        }
+        response
+    }
+
+    async fn call_catalog_unaudited(
+        &self,
+        qualified: &str,
+        arguments: Option<Map<String, Value>>,
+        call: &Call<'_>,
+    ) -> Result<CallToolResponse, McpError> {
         if let Handoff::InputRequired {
             retry: Some(retry),
             ct,
         } = &call.handoff
-            && let Some(settled) = self.settle_retry(qualified, retry, ct).await
+            && let Some(settled) = self
+                .settle_retry(qualified, retry, ct, &call.access.principal)
+                .await
         {
+            call.note(|r| r.not_run("sign-in not completed"));
             return Ok(CallToolResponse::Complete(settled));
         }
         match self.attempt(qualified, arguments.clone(), call).await? {
             Attempt::Done(result) => Ok(CallToolResponse::Complete(result)),
             Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
             Attempt::SignIn { server, error } => {
+                call.note(|r| r.not_run("sign-in needed"));
                 self.sign_in(&server, &error, qualified, arguments, call)
                     .await
             }
@@ -260,6 +314,10 @@ impl Front {
         if let Some(entry) = catalog.get(qualified)
             && !call.access.permits(entry)
         {
+            call.note(|r| {
+                r.decided(CallDecision::Denied)
+                    .not_run("not in the caller's profile")
+            });
             return Err(McpError::invalid_params(
                 call.access.unknown_tool_message(&catalog, qualified),
                 None,
@@ -268,7 +326,7 @@ impl Front {
         if catalog.get(qualified).is_none() {
             // The tools of an OAuth server not signed in to were never listed: try it now, and
             // if it still wants a sign-in, hand one out rather than say "unknown tool".
-            let Some(server) = self
+            let Some(shared) = self
                 .oauth_server_without_tools(&catalog, qualified)
                 .filter(|server| call.access.permits_server(server.name()))
             else {
@@ -276,6 +334,14 @@ impl Front {
                     call.access.unknown_tool_message(&catalog, qualified),
                     None,
                 ));
+            };
+            // Listed by the caller's own session: their first listing fills the catalog.
+            let server = match self.upstream_for(shared.name(), call) {
+                Ok(server) => server.unwrap_or(shared),
+                Err(error) => {
+                    call.note(|r| r.upstream_failed(&error));
+                    return Ok(Attempt::Done(result::upstream_failure(&error)));
+                }
             };
             match server.refresh_tools().await {
                 Ok(_) => {
@@ -285,20 +351,41 @@ impl Front {
                 Err(error) if needs_sign_in(&server, &error) => {
                     return Ok(Attempt::SignIn { server, error });
                 }
-                Err(error) => return Ok(Attempt::Done(result::upstream_failure(&error))),
+                Err(error) => {
+                    call.note(|r| r.upstream_failed(&error));
+                    return Ok(Attempt::Done(result::upstream_failure(&error)));
+                }
             }
         }
         let Some(entry) = call.access.get(&catalog, qualified) else {
+            if self
+                .gateway
+                .held_tools()
+                .iter()
+                .any(|held| held.qualified == qualified)
+            {
+                call.note(|r| {
+                    r.decided(CallDecision::Held)
+                        .not_run("definition changed; held until approved")
+                });
+            }
             return Err(McpError::invalid_params(
                 call.access.unknown_tool_message(&catalog, qualified),
                 None,
             ));
         };
-        let Some(server) = self.gateway.upstreams().get(&entry.server).cloned() else {
-            return Ok(Attempt::Done(result::tool_error(format!(
-                "server '{}' is not configured any more",
-                entry.server
-            ))));
+        let server = match self.upstream_for(&entry.server, call) {
+            Ok(Some(server)) => server,
+            Ok(None) => {
+                return Ok(Attempt::Done(result::tool_error(format!(
+                    "server '{}' is not configured any more",
+                    entry.server
+                ))));
+            }
+            Err(error) => {
+                call.note(|r| r.upstream_failed(&error));
+                return Ok(Attempt::Done(result::upstream_failure(&error)));
+            }
         };
         // Invalid arguments come back as a tool error the model can read and correct
         // (SEP-1303), before anything reaches the upstream.
@@ -311,6 +398,7 @@ impl Front {
             }
             Ok(_) => {}
             Err(errors) => {
+                call.note(|r| r.not_run("invalid arguments"));
                 return Ok(Attempt::Done(result::tool_error(format!(
                     "invalid arguments for '{qualified}' (nothing was sent to the server):\n{errors}"
                 ))));
@@ -333,26 +421,44 @@ impl Front {
         if arguments != original
             && let Err(errors) = catalog.validate_arguments(qualified, arguments.as_ref())
         {
+            call.note(|r| r.not_run("approved arguments invalid"));
             return Ok(Attempt::Done(result::tool_error(format!(
                 "the approved arguments for '{qualified}' are invalid (nothing was sent to the server):\n{errors}"
             ))));
         }
         drop(catalog);
         match server.call_tool(&upstream_name, arguments).await {
-            Ok(response) => Ok(Attempt::Done(result::from_upstream(
-                &server_name,
-                response,
-                &self.gateway.config().policy.limits,
-            ))),
+            Ok(response) => {
+                let result = result::from_upstream(
+                    &server_name,
+                    response,
+                    &self.gateway.config().policy.limits,
+                );
+                call.note(|r| r.answered(&result));
+                Ok(Attempt::Done(result))
+            }
             Err(error) if needs_sign_in(&server, &error) => {
                 tracing::info!(server = %server_name, tool = %upstream_name, "tool call needs a sign-in");
                 Ok(Attempt::SignIn { server, error })
             }
             Err(error) => {
                 tracing::warn!(server = %server_name, tool = %upstream_name, %error, "tool call failed");
+                call.note(|r| r.upstream_failed(&error));
                 Ok(Attempt::Done(result::upstream_failure(&error)))
             }
         }
+    }
+
+    /// Server `name` as the caller calls it: for an OAuth server, the caller's own session with
+    /// the caller's tokens (see `upstream::Upstreams::for_principal`); else the shared one.
+    fn upstream_for(
+        &self,
+        name: &str,
+        call: &Call<'_>,
+    ) -> Result<Option<Arc<Server>>, UpstreamError> {
+        self.gateway
+            .upstreams()
+            .for_principal(name, &call.access.principal.id())
     }
 
     /// The server behind `qualified` (`server__tool`) when it is configured for OAuth and none
@@ -382,6 +488,7 @@ impl Front {
     ) -> Result<CallToolResponse, McpError> {
         let handoff = &call.handoff;
         let name = server.name();
+        let principal = &call.access.principal;
         let complete = |result| Ok(CallToolResponse::Complete(result));
         if !self.logins.available() {
             // No listener for the browser to come back to: whatever the client could take,
@@ -389,11 +496,11 @@ impl Front {
             return complete(result::upstream_failure(error));
         }
         let (peer, ct) = match handoff {
-            Handoff::Text => return complete(self.sign_in_text(server, error)),
+            Handoff::Text => return complete(self.sign_in_text(server, error, principal).await),
             Handoff::Elicit { peer, ct } => (peer, ct),
             Handoff::InputRequired { .. } => {
-                let serial = self.logins.watch(name).borrow().serial;
-                let started = match self.logins.begin(&self.gateway, name).await {
+                let serial = self.logins.watch(name, principal).borrow().serial;
+                let started = match self.logins.begin(&self.gateway, name, principal).await {
                     Ok(started) => started,
                     Err(why) => return complete(not_started(error, &why)),
                 };
@@ -412,9 +519,9 @@ impl Front {
             }
         };
 
-        let mut finished = self.logins.watch(name);
+        let mut finished = self.logins.watch(name, principal);
         let serial = finished.borrow().serial;
-        let started = match self.logins.begin(&self.gateway, name).await {
+        let started = match self.logins.begin(&self.gateway, name, principal).await {
             Ok(started) => started,
             Err(why) => return complete(not_started(error, &why)),
         };
@@ -445,7 +552,9 @@ impl Front {
             Waited::SignedIn => match self.attempt(qualified, arguments, call).await? {
                 Attempt::Done(result) => complete(result),
                 Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
-                Attempt::SignIn { server, error } => complete(self.sign_in_text(&server, &error)),
+                Attempt::SignIn { server, error } => {
+                    complete(self.sign_in_text(&server, &error, principal).await)
+                }
             },
             other => complete(not_signed_in(name, other)),
         }
@@ -459,6 +568,7 @@ impl Front {
         qualified: &str,
         retry: &Retry,
         ct: &CancellationToken,
+        principal: &Principal,
     ) -> Option<CallToolResult> {
         let (name, serial) = login::parse_request_state(&retry.request_state)?;
         let tool_server = match self.gateway.catalog().get(qualified) {
@@ -475,7 +585,7 @@ impl Front {
             ElicitationAction::Accept => {}
             action => return Some(refused(name, action)),
         }
-        let mut finished = self.logins.watch(name);
+        let mut finished = self.logins.watch(name, principal);
         let deadline = Instant::now() + LOGIN_TTL;
         match login::wait_for_sign_in(&mut finished, serial, deadline, ct).await {
             Waited::SignedIn => None,
@@ -484,11 +594,29 @@ impl Front {
     }
 
     /// The tool error a client that cannot take an elicitation gets: the server's failure and,
-    /// where the gateway can take the browser's return, a link that starts the sign-in.
-    fn sign_in_text(&self, server: &Server, error: &UpstreamError) -> CallToolResult {
-        match self.logins.start_link(self.gateway.config(), server.name()) {
-            Some(link) => open_this(error, server.name(), &link),
-            None => result::upstream_failure(error),
+    /// where the gateway can take the browser's return, where to sign in. The local user gets
+    /// a link that starts the sign-in when opened; anyone else the authorization URL of a
+    /// sign-in started now for them, since a browser sends no client key and so could not
+    /// open `/oauth/start` as them.
+    async fn sign_in_text(
+        &self,
+        server: &Server,
+        error: &UpstreamError,
+        principal: &Principal,
+    ) -> CallToolResult {
+        let Some(link) = self.logins.start_link(self.gateway.config(), server.name()) else {
+            return result::upstream_failure(error);
+        };
+        if *principal == Principal::Local {
+            return open_this(error, server.name(), &link);
+        }
+        match self
+            .logins
+            .begin(&self.gateway, server.name(), principal)
+            .await
+        {
+            Ok(started) => open_this(error, server.name(), &started.authorization_url),
+            Err(why) => not_started(error, &why),
         }
     }
 
@@ -547,6 +675,21 @@ impl Front {
                         .is_none_or(|server| !access.permits_server(server.name())),
                 };
                 if hidden {
+                    if catalog.get(target).is_some() {
+                        self.gateway.audit(
+                            AuditRecord::begin(
+                                &access.principal,
+                                &catalog
+                                    .get(target)
+                                    .map(|e| e.server.clone())
+                                    .unwrap_or_default(),
+                                target,
+                                inner.as_ref(),
+                            )
+                            .decided(CallDecision::Denied)
+                            .not_run("not in the caller's profile"),
+                        );
+                    }
                     return complete(result::tool_error(
                         access.unknown_tool_message(&catalog, target),
                     ));
@@ -575,6 +718,7 @@ impl Front {
         }
         let tool = &target.qualified;
         let Some(store) = self.gateway.store() else {
+            call.note(|r| r.not_run("approval needed; no database"));
             return Gate::Stop(result::tool_error(format!(
                 "'{tool}' needs approval, and approvals need the database, which could not be opened; the tool was not run"
             )));
@@ -603,6 +747,7 @@ impl Front {
             Ok(pending) => pending,
             Err(error) => {
                 tracing::error!(%error, tool = %tool, "cannot record an approval");
+                call.note(|r| r.not_run("approval could not be recorded"));
                 return Gate::Stop(result::tool_error(format!(
                     "'{tool}' needs approval, which could not be recorded ({error}); the tool was not run"
                 )));
@@ -743,8 +888,12 @@ impl Front {
     ) -> Gate {
         let tool = &target.qualified;
         match waited {
-            approval::Waited::Decided(decided) => self.outcome(call, target, decided),
+            approval::Waited::Decided(decided) => self.outcome(call, target, *decided),
             approval::Waited::TimedOut => {
+                call.note(|r| {
+                    r.decided(CallDecision::TimedOut)
+                        .not_run("no approval decision in time")
+                });
                 let timeout = self.gateway.config().policy.approval.timeout;
                 Gate::Stop(result::tool_error(format!(
                     "'{tool}' needs approval and no decision came within {} (approval {} expired), so the tool was not run. Call it again; while it waits, an operator approves it with `mcpgw approvals approve ID` (IDs: `mcpgw approvals list`)",
@@ -752,10 +901,13 @@ impl Front {
                     pending.id
                 )))
             }
-            approval::Waited::Cancelled => Gate::Stop(result::tool_error(format!(
-                "the call to '{tool}' was cancelled while waiting for approval {}; the tool was not run",
-                pending.id
-            ))),
+            approval::Waited::Cancelled => {
+                call.note(|r| r.not_run("cancelled while waiting for approval"));
+                Gate::Stop(result::tool_error(format!(
+                    "the call to '{tool}' was cancelled while waiting for approval {}; the tool was not run",
+                    pending.id
+                )))
+            }
         }
     }
 
@@ -765,22 +917,41 @@ impl Front {
         let by = decided.decided_by.as_deref().unwrap_or("an approver");
         match decided.status {
             store::ApprovalStatus::Approved => {
+                call.note(|r| {
+                    r.decided(CallDecision::Approved {
+                        approver: by.to_owned(),
+                    })
+                });
                 let arguments = decided.effective_arguments().clone();
                 *lock(&call.approved) = Some(arguments.clone());
                 Gate::Proceed(Some(arguments))
             }
-            store::ApprovalStatus::Rejected => Gate::Stop(result::tool_error(format!(
-                "the call to '{tool}' was rejected by {by}{}; the tool was not run",
-                decided
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            ))),
-            store::ApprovalStatus::Expired => Gate::Stop(result::tool_error(format!(
-                "approval {} for '{tool}' expired before a decision; the tool was not run. Call it again to ask again",
-                decided.id
-            ))),
+            store::ApprovalStatus::Rejected => {
+                call.note(|r| {
+                    r.decided(CallDecision::Rejected {
+                        approver: decided.decided_by.clone(),
+                    })
+                    .not_run("rejected")
+                });
+                Gate::Stop(result::tool_error(format!(
+                    "the call to '{tool}' was rejected by {by}{}; the tool was not run",
+                    decided
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default()
+                )))
+            }
+            store::ApprovalStatus::Expired => {
+                call.note(|r| {
+                    r.decided(CallDecision::TimedOut)
+                        .not_run("approval expired")
+                });
+                Gate::Stop(result::tool_error(format!(
+                    "approval {} for '{tool}' expired before a decision; the tool was not run. Call it again to ask again",
+                    decided.id
+                )))
+            }
             _ => Gate::Stop(result::tool_error(format!(
                 "approval {} for '{tool}' was cancelled; the tool was not run",
                 decided.id
@@ -920,13 +1091,41 @@ impl ServerHandler for Front {
             ask: Asker::of(&request, &context),
             ct: context.ct.clone(),
             approved: Mutex::new(None),
+            audit: Mutex::new(None),
         };
         let name = request.name.as_ref();
+        let is_meta_mode = call.access.exposure() == config::Exposure::Search;
+        // Every tools/call counts, meta-tools included: searches cost the gateway too.
+        if let Err(retry_after) = self.gateway.check_rate(&call.access.principal) {
+            tracing::info!(principal = %call.access.principal, tool = name, "rate limited");
+            let arguments = request.arguments.as_ref();
+            let target = match name {
+                meta::CALL_TOOL if is_meta_mode => arguments.and_then(|a| {
+                    let tool = a.get("name").and_then(Value::as_str)?;
+                    Some((tool, a.get("arguments").and_then(Value::as_object)))
+                }),
+                meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS if is_meta_mode => None,
+                other => Some((other, arguments)),
+            };
+            if let Some((tool, arguments)) = target {
+                let server = tool
+                    .split_once(catalog::naming::SEPARATOR)
+                    .map_or("", |(server, _)| server);
+                self.gateway.audit(
+                    AuditRecord::begin(&call.access.principal, server, tool, arguments)
+                        .decided(CallDecision::RateLimited)
+                        .not_run("over the calls-per-minute limit"),
+                );
+            }
+            return Ok(CallToolResponse::Complete(result::rate_limited(
+                retry_after,
+            )));
+        }
         let is_meta = matches!(
             name,
             meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS | meta::CALL_TOOL
         );
-        if is_meta && call.access.exposure() == config::Exposure::Search {
+        if is_meta && is_meta_mode {
             self.call_meta(name, request.arguments.unwrap_or_default(), &call)
                 .await
         } else {

@@ -41,7 +41,7 @@ pub use audit::{AuditRecord, CallDecision, CallOutcome, arguments_sha256, upstre
 use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
 pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
 pub use front::Front;
-pub use pinning::{ApproveError, HeldTool, definition_diff, held_json};
+pub use pinning::{ApproveError, HeldTool, held_json};
 pub use semantic::Semantic;
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};
 use tokio::sync::mpsc;
@@ -127,7 +127,7 @@ impl Gateway {
     /// be open before any upstream connects: OAuth servers read their tokens from it.
     pub fn new(config: config::Config, store: Option<store::Store>) -> Arc<Self> {
         let (changes_tx, changes_rx) = mpsc::unbounded_channel();
-        let oauth = store.clone().map(oauth::StoreOAuth::local);
+        let oauth = store.clone().map(oauth::StoreOAuth::per_principal);
         let network = Arc::new(config.network.policy());
         let upstreams = Upstreams::new(&config, &network, changes_tx, oauth);
         let gateway = Arc::new(Self {
@@ -170,6 +170,7 @@ impl Gateway {
         // The sender is dropped unsent only if the refresh task died; start returns anyway.
         let _ = lexical.await;
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+        tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
     }
 
@@ -327,8 +328,10 @@ impl Gateway {
             .map(|server| ServerTools {
                 server: server.name().to_owned(),
                 description: server.config().description.clone(),
-                tools: server
-                    .tools()
+                // An OAuth server's list may come from any principal's session.
+                tools: self
+                    .upstreams
+                    .latest_tools(server.name())
                     .map(|tools| tools.as_ref().clone())
                     .unwrap_or_default(),
             })
@@ -345,6 +348,7 @@ impl Gateway {
     /// Ends every upstream session and child process, then closes the store.
     pub async fn shutdown(&self) {
         self.upstreams.shutdown().await;
+        self.audit_written().await;
         if let Some(store) = &self.store {
             store.close().await;
         }
@@ -396,6 +400,24 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
     }
 }
 
+/// How often per-principal upstream sessions are checked for idleness.
+const IDLE_SWEEP: Duration = Duration::from_secs(60);
+
+/// Closes per-principal upstream sessions nobody has used for `upstream::PRINCIPAL_IDLE`.
+/// Ends with the gateway.
+async fn close_idle_sessions(gateway: std::sync::Weak<Gateway>) {
+    // A scheduling tick, not a readiness wait.
+    let mut tick = tokio::time::interval(IDLE_SWEEP);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        gateway.upstreams.close_idle().await;
+    }
+}
+
 /// Opens the embedded database; without it the gateway still runs, it only re-embeds on start
 /// (and OAuth servers cannot connect). Opening SQLite takes milliseconds.
 pub async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
@@ -425,18 +447,19 @@ async fn watch_changes(
 ) {
     while let Some(first) = changes.recv().await {
         // Servers often announce several changes at once: coalesce what is already queued.
-        let mut servers = vec![first.server];
+        let mut servers = vec![(first.server, first.principal)];
         while let Ok(more) = changes.try_recv() {
-            if !servers.contains(&more.server) {
-                servers.push(more.server);
+            let more = (more.server, more.principal);
+            if !servers.contains(&more) {
+                servers.push(more);
             }
         }
         let Some(gateway) = gateway.upgrade() else {
             return;
         };
-        for name in servers {
-            if let Some(server) = gateway.upstreams.get(&name) {
-                let server = server.clone();
+        for (name, principal) in servers {
+            // The session that said so lists again: a per-principal one for an OAuth server.
+            if let Ok(Some(server)) = gateway.upstreams.for_principal(&name, &principal) {
                 let gateway = gateway.clone();
                 tokio::spawn(async move {
                     if server.refresh_tools().await.is_ok() {

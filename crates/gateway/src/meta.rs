@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use catalog::{Catalog, Filter};
 
-use crate::{Found, HeldTool, Search};
+use crate::{Found, Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
@@ -245,21 +245,12 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
 }
 
 /// The unknown-tool message for `name`, suggesting only tools `keep` lets through (the
-/// caller's profile): a hidden tool is never named. A tool of `held` (the tools held out of
-/// the catalog, [`crate::Gateway::held_tools`]) that `keep` lets through is said to be held,
-/// and why.
+/// caller's profile): a hidden tool is never named.
 pub(crate) fn unknown_tool_message_where(
     catalog: &Catalog,
-    held: &[HeldTool],
     name: &str,
     keep: &dyn Fn(&catalog::ToolEntry) -> bool,
 ) -> String {
-    if let Some(tool) = held
-        .iter()
-        .find(|tool| tool.qualified == name && tool.entry().is_some_and(|entry| keep(&entry)))
-    {
-        return tool.explanation();
-    }
     let suggestions = catalog.suggest_where(name, 5, keep);
     if suggestions.is_empty() {
         format!("unknown tool '{name}'; use search_tools to find tools")

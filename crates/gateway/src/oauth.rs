@@ -29,15 +29,21 @@ use upstream::oauth::{
 };
 use url::Url;
 
-/// Whose credentials these are. A gateway shared by several people will keep one set of tokens
-/// per user; until downstream identity exists, everything belongs to [`Principal::local`].
+/// Whose credentials these are: the id of a downstream principal ([`crate::Principal::id`]:
+/// `local`, `client:NAME`, `user:SUB`). Each user of a shared gateway holds their own tokens;
+/// `mcpgw auth` works with [`Principal::local`]'s.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Principal(String);
 
 impl Principal {
     /// The person running mcpgw on this machine.
     pub fn local() -> Self {
-        Self("local".to_owned())
+        Self(upstream::LOCAL_PRINCIPAL.to_owned())
+    }
+
+    /// The principal with id `id`, as [`crate::Principal::id`] spells it.
+    pub fn from_id(id: &str) -> Self {
+        Self(id.to_owned())
     }
 
     pub fn as_str(&self) -> &str {
@@ -65,6 +71,14 @@ impl StoreOAuth {
     /// The store for the local user, as the trait object the upstream client takes.
     pub fn local(store: Store) -> Arc<dyn OAuthStore> {
         Arc::new(Self::new(store, Principal::local()))
+    }
+
+    /// Makes the store of any principal, by id: what [`upstream::Upstreams`] gives each
+    /// principal's server of an OAuth upstream.
+    pub fn per_principal(store: Store) -> upstream::OAuthStores {
+        Arc::new(move |id: &str| {
+            Arc::new(Self::new(store.clone(), Principal::from_id(id))) as Arc<dyn OAuthStore>
+        })
     }
 
     /// Opens the configured database for the local user (`mcpgw auth`), failing rather than

@@ -42,7 +42,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use catalog::{Catalog, ServerTools, ToolEntry, naming::Namer};
+use catalog::{ServerTools, naming::Namer};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use store::{PinHash, SeenTool};
@@ -106,20 +106,6 @@ impl HeldTool {
     /// A unified diff from the trusted to the new definition.
     pub fn diff(&self) -> String {
         definition_diff(&self.trusted, &self.new)
-    }
-
-    /// The tool as the catalog would serve it once approved, for the caller's profile to decide
-    /// whether it may even learn that the tool exists. `None` if the new definition does not
-    /// load (it always does: only loadable tools are pinned).
-    pub(crate) fn entry(&self) -> Option<ToolEntry> {
-        let (catalog, _) = Catalog::build(&[ServerTools {
-            server: self.server.clone(),
-            description: None,
-            tools: vec![self.new.clone()],
-        }]);
-        let mut entry = catalog.tools().first()?.clone();
-        entry.qualified.clone_from(&self.qualified);
-        Some(entry)
     }
 
     /// What a client that asks for the tool is told. It names the changed fields, never their

@@ -86,8 +86,6 @@ pub(crate) fn upstream_failure(error: &UpstreamError) -> CallToolResult {
 }
 
 /// What the model is told when its principal is over its calls-per-minute limit.
-// Called from front.rs once the rate limit is wired in; drop the allow then.
-#[allow(dead_code)]
 pub(crate) fn rate_limited(retry_after: Duration) -> CallToolResult {
     let seconds = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     tool_error(format!(
@@ -252,7 +250,8 @@ fn shown_type(mime_type: &str) -> String {
     }
 }
 
-fn human_bytes(bytes: usize) -> String {
+/// `5.0 MiB`, `64.0 KiB`, `512 bytes`.
+pub(crate) fn human_bytes(bytes: usize) -> String {
     const KIB: f64 = 1024.0;
     let n = bytes as f64;
     if n >= KIB * KIB {

@@ -20,9 +20,6 @@ use crate::{
     oauth::login::{self, Logins},
 };
 
-/// Largest request body accepted on `/mcp`; larger ones get 413.
-pub const MAX_REQUEST_BODY_BYTES: usize = 5 * 1024 * 1024;
-
 /// Serves one client over stdin/stdout until it disconnects or `shutdown` fires.
 /// Nothing but protocol may be written to stdout: logging goes to stderr (set up by the cli).
 pub async fn serve_stdio(gateway: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -83,9 +80,11 @@ pub fn http_app(
     let logins = Arc::new(Logins::for_listener(local, gateway.config()));
     let factory_gateway = gateway.clone();
     let factory_logins = logins.clone();
+    // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
+    let request_bytes = gateway.config().policy.limits.request_bytes;
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
-        .with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES);
+        .with_max_request_body_bytes(request_bytes);
     if !local.ip().is_loopback() {
         // Host validation guards a loopback listener against DNS rebinding; on a network address
         // the operator's own Host names are not known, and client keys are required there.
@@ -100,7 +99,9 @@ pub fn http_app(
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
-        .layer(axum::middleware::map_response(transport_errors_as_json_rpc))
+        .layer(axum::middleware::map_response(move |response| {
+            transport_errors_as_json_rpc(response, request_bytes)
+        }))
         .route(
             "/healthz",
             get(move || {
@@ -121,6 +122,7 @@ pub fn http_app(
 /// 4xx without a JSON body -> -32600 (invalid request).
 async fn transport_errors_as_json_rpc(
     response: axum::response::Response,
+    request_bytes: usize,
 ) -> axum::response::Response {
     let status = response.status();
     let is_json = response
@@ -142,8 +144,8 @@ async fn transport_errors_as_json_rpc(
             status,
             -32600,
             format!(
-                "request body is larger than the {} MB limit",
-                MAX_REQUEST_BODY_BYTES / (1024 * 1024)
+                "request body is larger than the {} limit ([limits] request_bytes)",
+                crate::result::human_bytes(request_bytes)
             ),
         )
     } else if text.contains("deserialize") || text.contains("parse") {

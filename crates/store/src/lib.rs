@@ -3,8 +3,9 @@
 //! It holds the embedding cache (`embeddings`) and the OAuth state for upstream servers
 //! (`oauth`: client registrations per authorization server, credentials per server and
 //! principal, pending authorizations), sealed with a secret key (`secrets`), and the clients
-//! of the HTTP listener with the hashes of their API keys (`clients`). Approvals, pins
-//! and the audit log join it as their features land. Callers get domain types, never rows.
+//! of the HTTP listener with the hashes of their API keys (`clients`), and the tool pins: each
+//! tool's trusted definition and a held change (`pins`). Approvals and the audit log join it as
+//! their features land. Callers get domain types, never rows.
 //!
 //! Architecture invariants:
 //! - All SQL lives here; schema changes are numbered migrations in `migrations/`, applied on

@@ -54,7 +54,7 @@ use tokio::sync::mpsc;
 use crate::{
     Era, ToolsChanged, UpstreamError,
     oauth::{AuthError, AuthorizedClient},
-    sse::{SseClientConfig, SseClientTransport, SseError},
+    sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
     stdio,
 };
 
@@ -62,12 +62,21 @@ use crate::{
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
     server: String,
+    principal: String,
     changes: mpsc::UnboundedSender<ToolsChanged>,
 }
 
 impl UpstreamClient {
-    pub(crate) fn new(server: String, changes: mpsc::UnboundedSender<ToolsChanged>) -> Self {
-        Self { server, changes }
+    pub(crate) fn new(
+        server: String,
+        principal: String,
+        changes: mpsc::UnboundedSender<ToolsChanged>,
+    ) -> Self {
+        Self {
+            server,
+            principal,
+            changes,
+        }
     }
 }
 
@@ -84,6 +93,7 @@ impl ClientHandler for UpstreamClient {
         tracing::debug!(server = %self.server, "upstream says its tool list changed");
         let _ = self.changes.send(ToolsChanged {
             server: self.server.clone(),
+            principal: self.principal.clone(),
         });
     }
 }
@@ -97,6 +107,8 @@ pub(crate) struct Connected {
     pub protocol_version: String,
     pub server_name: Option<String>,
     pub server_version: Option<String>,
+    /// Legacy SSE only: whether the stream ended on an event over the size limit.
+    pub oversized: Option<Oversized>,
 }
 
 /// Connects once over the configured transport, under `policy` (this server's). `known_era`
@@ -164,6 +176,7 @@ async fn connect_with(
     max_response_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
+    let mut oversized = None;
     if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
         &config.transport
     {
@@ -229,6 +242,7 @@ async fn connect_with(
                         reason: e.to_string(),
                     })
             })?;
+            oversized = Some(transport.oversized());
             serve_client_with_lifecycle(handler, transport, lifecycle).await
         }
     };
@@ -254,7 +268,23 @@ async fn connect_with(
         protocol_version,
         server_name,
         server_version,
+        oversized,
     })
+}
+
+/// Whether `error`'s chain says a response went over the size limit: rmcp's Streamable HTTP
+/// client fails a request with "HTTP response body exceeded the maximum size of N bytes" or
+/// "SSE event exceeded the maximum size of N bytes". Matched on the words because the error
+/// type is generic over the HTTP client (ours, and the OAuth one).
+pub(crate) fn response_too_large(error: &(dyn StdError + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if error.to_string().contains("exceeded the maximum size of") {
+            return true;
+        }
+        current = error.source();
+    }
+    false
 }
 
 /// The HTTP client of one server's connections (Streamable HTTP, SSE, and the MCP requests of
@@ -819,7 +849,7 @@ mod tests {
         let policy =
             Arc::new(policy.for_server(server.name.as_str(), server.allow_private_network));
         let (changes, _) = mpsc::unbounded_channel();
-        let handler = UpstreamClient::new(server.name.to_string(), changes);
+        let handler = UpstreamClient::new(server.name.to_string(), "local".to_owned(), changes);
         match connect(&server, &policy, handler, None, None, 1024 * 1024).await {
             Ok(_) => panic!("connected"),
             Err(error) => error,

@@ -35,6 +35,13 @@ pub enum UpstreamError {
     },
     #[error("'{server}' answered with something that is not a valid MCP result: {reason}")]
     Protocol { server: String, reason: String },
+    /// One message from the server was larger than `[limits] response_bytes`: it was not read
+    /// past the limit, and the request it answered failed.
+    #[error(
+        "'{server}' sent a response larger than the {} limit ([limits] response_bytes); it was not read",
+        human_bytes(.limit)
+    )]
+    ResponseTooLarge { server: String, limit: usize },
     /// HTTP 401 to the credentials mcpgw sent. `credential` says where they came from: the
     /// environment variable (`GITHUB_TOKEN`), or `header X-Api-Key` for an inline value.
     #[error(
@@ -66,6 +73,25 @@ pub enum UpstreamError {
     /// unusable setting).
     #[error("OAuth for server '{server}' is not usable: {reason}")]
     OAuthUnavailable { server: String, reason: String },
+    /// Every one of the per-principal sessions an OAuth server may have is in use (see
+    /// `Upstreams::for_principal`): a new principal must wait until one is idle.
+    #[error(
+        "server '{server}' already has sessions for {limit} principals, the most it keeps; try again in a few minutes"
+    )]
+    TooManyPrincipals { server: String, limit: usize },
+}
+
+/// `1.0 MiB`, `64.0 KiB`, `512 bytes`.
+fn human_bytes(bytes: &usize) -> String {
+    const KIB: f64 = 1024.0;
+    let n = *bytes as f64;
+    if n >= KIB * KIB {
+        format!("{:.1} MiB", n / (KIB * KIB))
+    } else if n >= KIB {
+        format!("{:.1} KiB", n / KIB)
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// What to add when a server that rejected static credentials also offers OAuth.

@@ -4,6 +4,14 @@
 //! [`Server`] owns at most one live [`rmcp`] client session, (re)connects it on demand, remembers
 //! the protocol era it negotiated, and keeps its last good tool list.
 //!
+//! A server configured for OAuth calls its upstream as the principal behind each request (the
+//! downstream user or client: `local`, `client:NAME`, `user:SUB`), with that principal's tokens
+//! over that principal's own session: [`Upstreams::for_principal`] hands out one [`Server`] per
+//! (server, principal), made on first use. `local` uses the shared server every other kind of
+//! server has. Per-principal sessions idle for [`PRINCIPAL_IDLE`] are closed by
+//! [`Upstreams::close_idle`], and at most [`MAX_PRINCIPALS`] principals per server are kept, so
+//! a flood of distinct identities cannot exhaust memory or sockets.
+//!
 //! Architecture invariants:
 //! - One server never blocks another: every connect and request is bounded by that server's own
 //!   timeout, and servers connect concurrently.
@@ -28,37 +36,64 @@ mod server;
 pub mod sse;
 mod stdio;
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 pub use error::UpstreamError;
 use oauth::OAuthStore;
 pub use server::{Era, Server, ServerState, ServerStatus};
 use tokio::sync::mpsc;
 
-/// Every enabled upstream server of one configuration, in configuration order.
+/// The principal id of the person running mcpgw (stdio, the CLI, an open loopback listener):
+/// the one whose tokens the shared server of an OAuth upstream sends.
+pub const LOCAL_PRINCIPAL: &str = "local";
+/// Most principals with a server of their own for one OAuth upstream. Beyond it the entry of a
+/// principal that is idle and disconnected is reused, or the request is refused.
+pub const MAX_PRINCIPALS: usize = 1000;
+/// How long a per-principal session may go unused before [`Upstreams::close_idle`] closes it.
+pub const PRINCIPAL_IDLE: Duration = Duration::from_secs(10 * 60);
+
+/// Makes the OAuth token store of one principal, by principal id.
+pub type OAuthStores = Arc<dyn Fn(&str) -> Arc<dyn OAuthStore> + Send + Sync>;
+
+/// Every enabled upstream server of one configuration, in configuration order, and the
+/// per-principal servers of those configured for OAuth.
 pub struct Upstreams {
     servers: Vec<Arc<Server>>,
+    /// For each server configured for OAuth, by name: its servers for principals other than
+    /// `local`, by principal id.
+    principals: HashMap<String, Mutex<HashMap<String, Arc<Server>>>>,
+    oauth: Option<OAuthStores>,
+    changes: mpsc::UnboundedSender<ToolsChanged>,
+    max_response_bytes: usize,
 }
 
 /// Sent when a server's tool list may have changed (it reconnected, or said `list_changed`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolsChanged {
     pub server: String,
+    /// The principal whose session said so ([`LOCAL_PRINCIPAL`] for a shared server).
+    pub principal: String,
 }
 
 impl Upstreams {
     /// Builds handles for the enabled servers; nothing connects until [`Upstreams::connect_all`]
     /// or the first request. `network` is the global policy (`[network] allow`); each server
     /// connects under `network.for_server(name, allow_private_network)`. `changes` receives a
-    /// message whenever a server's tools may differ. `oauth` keeps the tokens of servers
-    /// configured for OAuth; without it they cannot connect (and say why).
+    /// message whenever a server's tools may differ. `oauth` makes the token store of each
+    /// principal, for servers configured for OAuth; without it they cannot connect (and say
+    /// why).
     pub fn new(
         config: &config::Config,
         network: &netguard::Policy,
         changes: mpsc::UnboundedSender<ToolsChanged>,
-        oauth: Option<Arc<dyn OAuthStore>>,
+        oauth: Option<OAuthStores>,
     ) -> Self {
-        let servers = config
+        let max_response_bytes = config.policy.limits.response_bytes;
+        let servers: Vec<Arc<Server>> = config
             .servers
             .iter()
             .filter(|s| s.enabled)
@@ -66,22 +101,131 @@ impl Upstreams {
                 let policy = Arc::new(network.for_server(s.name.as_str(), s.allow_private_network));
                 Arc::new(Server::new(
                     s.clone(),
+                    LOCAL_PRINCIPAL,
                     policy,
                     changes.clone(),
-                    oauth.clone(),
-                    config.policy.limits.response_bytes,
+                    oauth.as_ref().map(|stores| stores(LOCAL_PRINCIPAL)),
+                    max_response_bytes,
                 ))
             })
             .collect();
-        Self { servers }
+        let principals = servers
+            .iter()
+            .filter(|s| matches!(s.config().auth, config::Auth::OAuth(_)))
+            .map(|s| (s.name().to_owned(), Mutex::new(HashMap::new())))
+            .collect();
+        Self {
+            servers,
+            principals,
+            oauth,
+            changes,
+            max_response_bytes,
+        }
     }
 
+    /// The shared server of each enabled server (for OAuth servers, the local principal's).
     pub fn servers(&self) -> &[Arc<Server>] {
         &self.servers
     }
 
+    /// The shared server named `name` (for an OAuth server, the local principal's).
     pub fn get(&self, name: &str) -> Option<&Arc<Server>> {
         self.servers.iter().find(|s| s.name() == name)
+    }
+
+    /// The server `name` as `principal` (an id: `local`, `client:NAME`, `user:SUB`) calls it:
+    /// the shared one, unless `name` is configured for OAuth and `principal` is not `local`;
+    /// then the principal's own, made on first use with the principal's token store. `None`
+    /// when no enabled server has that name; an error when the server already keeps
+    /// [`MAX_PRINCIPALS`] principals and none of them can make room.
+    pub fn for_principal(
+        &self,
+        name: &str,
+        principal: &str,
+    ) -> Result<Option<Arc<Server>>, UpstreamError> {
+        let Some(shared) = self.get(name) else {
+            return Ok(None);
+        };
+        let Some(own) = self
+            .principals
+            .get(name)
+            .filter(|_| principal != LOCAL_PRINCIPAL)
+        else {
+            return Ok(Some(shared.clone()));
+        };
+        let mut own = lock(own);
+        if let Some(server) = own.get(principal) {
+            return Ok(Some(server.clone()));
+        }
+        if own.len() >= MAX_PRINCIPALS && !make_room(&mut own, Instant::now()) {
+            tracing::warn!(
+                server = name,
+                limit = MAX_PRINCIPALS,
+                "refused a session for one more principal"
+            );
+            return Err(UpstreamError::TooManyPrincipals {
+                server: name.to_owned(),
+                limit: MAX_PRINCIPALS,
+            });
+        }
+        let server = Arc::new(Server::new(
+            shared.config().clone(),
+            principal,
+            shared.policy().clone(),
+            self.changes.clone(),
+            self.oauth.as_ref().map(|stores| stores(principal)),
+            self.max_response_bytes,
+        ));
+        own.insert(principal.to_owned(), server.clone());
+        Ok(Some(server))
+    }
+
+    /// The tool list to show for server `name`: the shared server's last good one, else the
+    /// most recent any principal's server fetched (an OAuth server the local user never signed
+    /// in to is listed through its other users).
+    pub fn latest_tools(&self, name: &str) -> Option<Arc<Vec<serde_json::Value>>> {
+        let shared = self.get(name)?;
+        if let Some(tools) = shared.tools() {
+            return Some(tools);
+        }
+        lock(self.principals.get(name)?)
+            .values()
+            .filter_map(|server| server.tools_fetched())
+            .max_by_key(|(fetched, _)| *fetched)
+            .map(|(_, tools)| tools)
+    }
+
+    /// Closes the per-principal sessions no request has used for [`PRINCIPAL_IDLE`]; the next
+    /// request of their principal connects again. Returns how many were closed. Cheap enough
+    /// to call every minute.
+    pub async fn close_idle(&self) -> usize {
+        self.close_idle_at(Instant::now()).await
+    }
+
+    async fn close_idle_at(&self, now: Instant) -> usize {
+        let candidates: Vec<Arc<Server>> = self
+            .principals
+            .values()
+            .flat_map(|own| {
+                lock(own)
+                    .values()
+                    .filter(|s| s.is_connected())
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut closed = 0;
+        for server in candidates {
+            if server.disconnect_if_idle(now, PRINCIPAL_IDLE).await {
+                tracing::debug!(
+                    server = server.name(),
+                    principal = server.principal(),
+                    "closed an idle per-principal session"
+                );
+                closed += 1;
+            }
+        }
+        closed
     }
 
     /// Connects every server concurrently and fetches its tool list. Returns when each server is
@@ -98,9 +242,187 @@ impl Upstreams {
         futures::future::join_all(tasks).await;
     }
 
-    /// Ends every session and child process group. Safe to call more than once.
+    /// Ends every session (per-principal ones too) and child process group. Safe to call more
+    /// than once.
     pub async fn shutdown(&self) {
-        let tasks = self.servers.iter().map(|s| s.disconnect());
+        let mut all = self.servers.clone();
+        for own in self.principals.values() {
+            all.extend(lock(own).values().cloned());
+        }
+        let tasks = all.iter().map(|s| s.disconnect());
         futures::future::join_all(tasks).await;
+    }
+}
+
+/// Drops the entry of one principal that nobody holds, has no session and runs nothing, the
+/// longest idle first; false when every entry is in use.
+fn make_room(own: &mut HashMap<String, Arc<Server>>, now: Instant) -> bool {
+    let evictable = own
+        .iter()
+        .filter(|(_, server)| Arc::strong_count(server) == 1 && !server.is_connected())
+        .filter_map(|(principal, server)| Some((principal, server.idle_for(now)?)))
+        .max_by_key(|(_, idle)| *idle)
+        .map(|(principal, _)| principal.clone());
+    match evictable {
+        Some(principal) => own.remove(&principal).is_some(),
+        None => false,
+    }
+}
+
+/// Locks a std mutex, recovering the data if a panicking thread poisoned it: the maps kept
+/// here stay consistent between statements.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+        [[servers]]
+        name = "docs"
+        auth = { type = "oauth" }
+        transport = { type = "http", url = "https://docs.example/mcp" }
+
+        [[servers]]
+        name = "plain"
+        transport = { type = "http", url = "https://plain.example/mcp" }
+    "#;
+
+    /// Upstreams over [`CONFIG`], and the principal ids the store factory was asked for.
+    fn upstreams() -> (Upstreams, Arc<Mutex<Vec<String>>>) {
+        let config = config::parse_toml(CONFIG, std::path::Path::new("t.toml")).expect("config");
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        let stores: OAuthStores = Arc::new(move |principal: &str| {
+            lock(&seen).push(principal.to_owned());
+            Arc::new(oauth::MemoryOAuthStore::default()) as Arc<dyn OAuthStore>
+        });
+        let (changes, _) = mpsc::unbounded_channel();
+        let network = config.network.policy();
+        (
+            Upstreams::new(&config, &network, changes, Some(stores)),
+            asked,
+        )
+    }
+
+    fn server(upstreams: &Upstreams, name: &str, principal: &str) -> Arc<Server> {
+        upstreams
+            .for_principal(name, principal)
+            .expect("room")
+            .expect("configured")
+    }
+
+    #[test]
+    fn each_principal_gets_its_own_oauth_server_and_shares_the_others() {
+        let (upstreams, asked) = upstreams();
+        assert_eq!(
+            *lock(&asked),
+            ["local", "local"],
+            "one store per shared server"
+        );
+        let shared_docs = upstreams.get("docs").expect("docs").clone();
+
+        let alice = server(&upstreams, "docs", "client:alice");
+        let bob = server(&upstreams, "docs", "client:bob");
+        assert!(!Arc::ptr_eq(&alice, &bob));
+        assert!(!Arc::ptr_eq(&alice, &shared_docs));
+        assert_eq!(alice.principal(), "client:alice");
+        assert!(Arc::ptr_eq(
+            &alice,
+            &server(&upstreams, "docs", "client:alice")
+        ));
+        assert!(Arc::ptr_eq(
+            &server(&upstreams, "docs", "local"),
+            &shared_docs
+        ));
+        assert_eq!(
+            *lock(&asked),
+            ["local", "local", "client:alice", "client:bob"],
+            "a principal's store is made once, on first use"
+        );
+
+        // A server without OAuth has one session for everyone.
+        let plain = upstreams.get("plain").expect("plain").clone();
+        assert!(Arc::ptr_eq(
+            &server(&upstreams, "plain", "client:alice"),
+            &plain
+        ));
+        assert_eq!(plain.principal(), LOCAL_PRINCIPAL);
+        assert!(
+            upstreams
+                .for_principal("nope", "client:alice")
+                .expect("no error")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn principals_per_server_are_bounded_and_idle_entries_make_room() {
+        let (upstreams, _) = upstreams();
+        let held: Vec<Arc<Server>> = (0..MAX_PRINCIPALS)
+            .map(|i| server(&upstreams, "docs", &format!("user:{i}")))
+            .collect();
+        let Err(refused) = upstreams.for_principal("docs", "user:one-more") else {
+            panic!("a principal beyond the bound was admitted");
+        };
+        assert_eq!(
+            refused.to_string(),
+            format!(
+                "server 'docs' already has sessions for {MAX_PRINCIPALS} principals, the most it keeps; try again in a few minutes"
+            )
+        );
+        // Known principals and other servers are unaffected.
+        assert!(Arc::ptr_eq(&server(&upstreams, "docs", "user:7"), &held[7]));
+        server(&upstreams, "plain", "user:one-more");
+
+        // Once nobody holds an entry (no call, no session), a newcomer takes its place.
+        drop(held);
+        let newcomer = server(&upstreams, "docs", "user:one-more");
+        assert_eq!(newcomer.principal(), "user:one-more");
+        assert_eq!(lock(&upstreams.principals["docs"]).len(), MAX_PRINCIPALS);
+    }
+
+    #[test]
+    fn tools_come_from_the_shared_server_else_the_latest_principal_listing() {
+        let (upstreams, _) = upstreams();
+        assert!(upstreams.latest_tools("docs").is_none());
+        let alice = server(&upstreams, "docs", "client:alice");
+        let bob = server(&upstreams, "docs", "client:bob");
+        alice.set_tools_for_test(vec![serde_json::json!({"name": "old"})]);
+        bob.set_tools_for_test(vec![serde_json::json!({"name": "new"})]);
+        let latest = upstreams.latest_tools("docs").expect("listed");
+        assert_eq!(latest[0]["name"], "new");
+
+        upstreams
+            .get("docs")
+            .expect("docs")
+            .set_tools_for_test(vec![serde_json::json!({"name": "local"})]);
+        assert_eq!(
+            upstreams.latest_tools("docs").expect("listed")[0]["name"],
+            "local"
+        );
+        assert!(upstreams.latest_tools("plain").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_running_request_keeps_its_server_from_counting_as_idle() {
+        let (upstreams, _) = upstreams();
+        let alice = server(&upstreams, "docs", "client:alice");
+        let later = Instant::now() + PRINCIPAL_IDLE + Duration::from_secs(1);
+        assert!(alice.idle_for(later).is_some_and(|d| d > PRINCIPAL_IDLE));
+        {
+            let _running = server::Busy::start(&alice);
+            assert_eq!(alice.idle_for(later), None);
+            assert!(!alice.disconnect_if_idle(later, PRINCIPAL_IDLE).await);
+        }
+        let idle = alice.idle_for(later).expect("idle again");
+        assert!(idle <= PRINCIPAL_IDLE + Duration::from_secs(1), "{idle:?}");
+        // Nothing connected: nothing to close.
+        assert_eq!(upstreams.close_idle_at(later).await, 0);
+        upstreams.shutdown().await;
     }
 }

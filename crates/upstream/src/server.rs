@@ -68,10 +68,21 @@ pub struct ServerStatus {
 
 struct Live {
     session: Arc<Session>,
+    oversized: Option<crate::sse::Oversized>,
+}
+
+/// Requests running now, and when the last one started or ended: what the idle sweep of
+/// per-principal sessions goes by.
+struct Activity {
+    busy: usize,
+    last: Instant,
 }
 
 pub struct Server {
     config: config::ServerConfig,
+    /// Whose session this is: `local` for the server every non-OAuth caller shares, else the
+    /// principal id whose OAuth tokens it sends (see [`crate::Upstreams::for_principal`]).
+    principal: String,
     /// Where this server's connections may go: the global allowlist plus its own
     /// `allow_private_network`, for its transport and its OAuth alike.
     policy: Arc<Policy>,
@@ -88,12 +99,15 @@ pub struct Server {
     connect_lock: tokio::sync::Mutex<()>,
     live: Mutex<Option<Live>>,
     status: Mutex<ServerStatus>,
-    tools: Mutex<Option<Arc<Vec<serde_json::Value>>>>,
+    /// The last good tool list and when it was fetched.
+    tools: Mutex<Option<(Instant, Arc<Vec<serde_json::Value>>)>>,
+    activity: Mutex<Activity>,
 }
 
 impl Server {
     pub(crate) fn new(
         config: config::ServerConfig,
+        principal: &str,
         policy: Arc<Policy>,
         changes: mpsc::UnboundedSender<ToolsChanged>,
         oauth_store: Option<Arc<dyn OAuthStore>>,
@@ -101,8 +115,9 @@ impl Server {
     ) -> Self {
         let name = config.name.to_string();
         Self {
-            handler: UpstreamClient::new(name.clone(), changes),
+            handler: UpstreamClient::new(name.clone(), principal.to_owned(), changes),
             config,
+            principal: principal.to_owned(),
             policy,
             max_response_bytes,
             oauth_store,
@@ -121,6 +136,10 @@ impl Server {
                 last_change: None,
             }),
             tools: Mutex::new(None),
+            activity: Mutex::new(Activity {
+                busy: 0,
+                last: Instant::now(),
+            }),
         }
     }
 
@@ -130,6 +149,15 @@ impl Server {
 
     pub fn config(&self) -> &config::ServerConfig {
         &self.config
+    }
+
+    /// The principal id this server's session acts for (`local` for the shared one).
+    pub fn principal(&self) -> &str {
+        &self.principal
+    }
+
+    pub(crate) fn policy(&self) -> &Arc<Policy> {
+        &self.policy
     }
 
     pub fn timeout(&self) -> Duration {
@@ -143,7 +171,28 @@ impl Server {
     /// The last tool list fetched successfully, raw as the server sent it. Kept while the server
     /// is down so search keeps working.
     pub fn tools(&self) -> Option<Arc<Vec<serde_json::Value>>> {
+        lock(&self.tools).as_ref().map(|(_, tools)| tools.clone())
+    }
+
+    /// [`Server::tools`] with the time it was fetched.
+    pub(crate) fn tools_fetched(&self) -> Option<(Instant, Arc<Vec<serde_json::Value>>)> {
         lock(&self.tools).clone()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_tools_for_test(&self, tools: Vec<serde_json::Value>) {
+        *lock(&self.tools) = Some((Instant::now(), Arc::new(tools)));
+    }
+
+    /// Whether a session is open now.
+    pub fn is_connected(&self) -> bool {
+        self.current_open().is_some()
+    }
+
+    /// How long no request has run on this server at `now`; `None` while one runs.
+    pub(crate) fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let activity = lock(&self.activity);
+        (activity.busy == 0).then(|| now.saturating_duration_since(activity.last))
     }
 
     /// Connects if needed and fetches the full tool list (all pages).
@@ -157,7 +206,7 @@ impl Server {
         match result {
             Ok(tools) => {
                 let tools = Arc::new(tools);
-                *lock(&self.tools) = Some(tools.clone());
+                *lock(&self.tools) = Some((Instant::now(), tools.clone()));
                 lock(&self.status).tool_count = Some(tools.len());
                 Ok(tools)
             }
@@ -194,6 +243,28 @@ impl Server {
         }
     }
 
+    /// Ends the session if no request has run for longer than `idle` at `now`; true when a
+    /// session was closed. The check and the take happen under the activity lock, so a request
+    /// starting meanwhile either keeps the session or connects a new one.
+    pub(crate) async fn disconnect_if_idle(&self, now: Instant, idle: Duration) -> bool {
+        let live = {
+            let activity = lock(&self.activity);
+            let idle_long =
+                activity.busy == 0 && now.saturating_duration_since(activity.last) > idle;
+            if !idle_long {
+                return false;
+            }
+            lock(&self.live).take()
+        };
+        match live {
+            Some(live) => {
+                close_session(live.session).await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Runs `op` on a live session, connecting first when needed. When the session turns out to
     /// be dead, a new one is made and `op` retried once: always when `idempotent`, otherwise only
     /// if the session was already closed before `op` was sent.
@@ -202,6 +273,7 @@ impl Server {
         F: Fn(Arc<Session>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ServiceError>>,
     {
+        let _busy = Busy::start(self);
         let mut retried = false;
         loop {
             let session = self.session().await?;
@@ -214,6 +286,18 @@ impl Server {
                     after: timeout,
                 }),
             };
+            // A legacy SSE stream ended by an oversized event reads as a lost connection; say
+            // what happened instead. Not a lost session for the retry below: the same request
+            // would only get the same answer. The dead session is replaced on the next call.
+            let outcome = outcome.map_err(|error| match error {
+                UpstreamError::Closed { .. } if self.ended_oversized(&session) => {
+                    UpstreamError::ResponseTooLarge {
+                        server: self.name().to_owned(),
+                        limit: self.max_response_bytes,
+                    }
+                }
+                other => other,
+            });
             match outcome {
                 Err(error) if error.session_lost() && !retried => {
                     self.drop_session(&session).await;
@@ -315,6 +399,7 @@ impl Server {
         );
         *lock(&self.live) = Some(Live {
             session: session.clone(),
+            oversized: connected.oversized,
         });
         Ok(session)
     }
@@ -384,6 +469,14 @@ impl Server {
         }
     }
 
+    /// Whether `session` is the live one and its SSE stream ended on an oversized event.
+    fn ended_oversized(&self, session: &Arc<Session>) -> bool {
+        lock(&self.live).as_ref().is_some_and(|live| {
+            Arc::ptr_eq(&live.session, session)
+                && live.oversized.as_ref().is_some_and(|o| o.happened())
+        })
+    }
+
     fn set_state(&self, state: ServerState) {
         let mut status = lock(&self.status);
         status.state = state;
@@ -403,6 +496,14 @@ impl Server {
                 server,
                 reason: "transport closed".to_owned(),
             },
+            ServiceError::TransportSend(e)
+                if crate::connect::response_too_large(e.error.as_ref()) =>
+            {
+                UpstreamError::ResponseTooLarge {
+                    server,
+                    limit: self.max_response_bytes,
+                }
+            }
             ServiceError::TransportSend(e) => {
                 // A reconnect or redirect the network policy refused (a name rebound to a
                 // private address, a redirect elsewhere) says which line would allow it.
@@ -434,6 +535,28 @@ impl Server {
                 reason: other.to_string(),
             },
         }
+    }
+}
+
+/// Counts one request as running on its server from creation to drop, so that the idle sweep
+/// never closes a session under it.
+pub(crate) struct Busy<'a>(&'a Server);
+
+impl<'a> Busy<'a> {
+    pub(crate) fn start(server: &'a Server) -> Self {
+        let mut activity = lock(&server.activity);
+        activity.busy += 1;
+        activity.last = Instant::now();
+        drop(activity);
+        Self(server)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut activity = lock(&self.0.activity);
+        activity.busy = activity.busy.saturating_sub(1);
+        activity.last = Instant::now();
     }
 }
 

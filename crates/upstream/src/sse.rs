@@ -180,9 +180,27 @@ pub struct SseClientTransport {
     events: Option<EventStream>,
     /// `None` once closed.
     poster: Option<Arc<Poster>>,
+    oversized: Oversized,
+}
+
+/// Whether a transport's stream ended on an event over the size limit. A handle taken with
+/// [`SseClientTransport::oversized`] before the transport is handed to rmcp stays readable
+/// after: rmcp only sees the stream end, and its callers only "transport closed".
+#[derive(Clone, Debug, Default)]
+pub struct Oversized(Arc<std::sync::atomic::AtomicBool>);
+
+impl Oversized {
+    pub fn happened(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 impl SseClientTransport {
+    /// A handle saying, once the stream has ended, whether an oversized event ended it.
+    pub fn oversized(&self) -> Oversized {
+        self.oversized.clone()
+    }
+
     /// Opens the stream and waits (at most `connect_timeout`) for the
     /// `endpoint` event.
     pub async fn connect(config: SseClientConfig) -> Result<Self, SseError> {
@@ -269,6 +287,7 @@ impl SseClientTransport {
             HeaderValue::from_static("application/json"),
         );
         Ok(Self {
+            oversized: Oversized::default(),
             events: Some(events),
             poster: Some(Arc::new(Poster {
                 client,
@@ -317,6 +336,11 @@ impl Transport<RoleClient> for SseClientTransport {
                 }
                 Some(Err(error)) => {
                     let error = from_stream_error(error);
+                    if matches!(error, SseError::EventTooLarge { .. }) {
+                        self.oversized
+                            .0
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     tracing::warn!(%error, "sse stream failed; connection over");
                     self.events = None;
                     return None;

@@ -184,6 +184,33 @@ fn a_response_over_response_bytes_fails_that_call_and_the_gateway_keeps_serving(
 }
 
 #[test]
+fn a_request_over_request_bytes_is_refused_unread_and_the_gateway_keeps_serving() {
+    let gateway = Gateway::start(write_config("[limits]\nrequest_bytes = 65536\n"));
+    let body = |pad: usize| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
+            "pad": "x".repeat(pad),
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "limits-test", "version": "0"}
+            }
+        }})
+        .to_string()
+    };
+    let (status, text) = gateway.post_raw(body(100 * 1024));
+    assert_eq!(status, 413, "{text}");
+    let reply: Value = serde_json::from_str(&text).expect("a JSON-RPC error");
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert_eq!(
+        reply["error"]["message"],
+        "request body is larger than the 64.0 KiB limit ([limits] request_bytes)"
+    );
+    let (status, text) = gateway.post_raw(body(32 * 1024));
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("call_tool"), "{text}");
+}
+
+#[test]
 fn audit_lists_recorded_calls_newest_first_with_filters() {
     let config = write_config("");
     let database = config.dir.path().join("mcpgw.db");

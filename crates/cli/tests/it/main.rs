@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
 mod approvals;
+mod audit_log;
 mod auth_headers;
 mod bad_input;
 mod cli;
@@ -15,6 +16,7 @@ mod network;
 mod oauth;
 mod oauth_fixture;
 mod pinning;
+mod principals;
 mod profiles;
 mod search;
 mod signin;

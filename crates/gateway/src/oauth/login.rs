@@ -1,17 +1,22 @@
-//! Sign-ins the gateway starts itself, for its one principal (`local`): from `GET /oauth/start`,
-//! or when a tool call meets an OAuth server without a usable token. The browser comes back to
-//! the gateway's own HTTP listener (`/oauth/callback`), which finishes the login and stores the
-//! tokens where every upstream request reads them.
+//! Sign-ins the gateway starts itself, each for one principal (the caller: `local`, or the client
+//! or user an HTTP request authenticated as): from `GET /oauth/start`, or when a tool call meets
+//! an OAuth server without a usable token. The browser comes back to the gateway's own HTTP
+//! listener (`/oauth/callback`), which finishes the login and stores the tokens under that
+//! principal, where its upstream session reads them.
 //!
 //! - A login's `state` is single use and refused after [`LOGIN_TTL`]. It carries no secret: the
 //!   PKCE verifier never leaves this process ([`MemoryLoginStates`] and the pending session).
+//! - The callback is not authenticated (a browser carries no client key): whose tokens it stores
+//!   is what the pending login recorded when it started, found by its `state`, never anything
+//!   the browser sends.
 //! - The endpoints are served only on a loopback listener. Clients do not identify themselves
 //!   yet (issue 5), so on a shared address anyone who reaches it could sign the gateway in to
 //!   their own account, or watch the sign-ins; there they answer 403 and say why, and tool calls
 //!   point at `mcpgw auth login` instead. Every request must also name a loopback `Host`: a web
 //!   page must not reach them through a DNS name rebound to 127.0.0.1.
-//! - Finished logins are announced per server ([`Logins::watch`]), so a tool call that handed
-//!   out a sign-in link can wait for it and resume.
+//! - Finished logins are announced per (server, principal) ([`Logins::watch`]), so a tool call
+//!   that handed out a sign-in link can wait for it and resume, and one user's sign-in wakes no
+//!   other user's call.
 //!
 //! Nothing here logs a token, code or verifier; authorisation URLs are not logged either.
 
@@ -24,7 +29,7 @@ use std::{
 };
 
 use axum::{
-    Json, Router,
+    Extension, Json, Router,
     extract::{RawQuery, State},
     http::{HeaderMap, StatusCode, Uri, header},
     response::{Html, IntoResponse, Response},
@@ -42,7 +47,7 @@ use url::Url;
 use super::{
     NotAnOAuthServer, StoreOAuth, browser_page, oauth_server, oauth_servers, unix_seconds,
 };
-use crate::Gateway;
+use crate::{Gateway, Principal};
 
 /// Where the browser comes back to, unless a server's configuration names its own
 /// `redirect_uri` on the gateway's address.
@@ -52,11 +57,12 @@ const STATUS_PATH: &str = "/oauth/status";
 /// Paths a configured `redirect_uri` cannot take over.
 const RESERVED_PATHS: &[&str] = &["/mcp", "/healthz", START_PATH, STATUS_PATH];
 
-/// Most logins waiting for their browser at once; the oldest is dropped beyond this, so a
-/// client that keeps starting logins cannot grow the table.
-const MAX_PENDING: usize = 32;
+/// Most logins waiting for their browser at once, whoever they are for; the oldest is dropped
+/// beyond this, so clients that keep starting logins cannot grow the table.
+const MAX_PENDING: usize = 256;
 /// A waiting login is handed out again rather than a new one started while it is younger than
-/// this, so that a burst of calls (or reloads of `/oauth/start`) shares one login.
+/// this, so that a burst of calls (or reloads of `/oauth/start`) of one principal shares one
+/// login.
 const REUSE_FOR: Duration = Duration::from_secs(LOGIN_TTL.as_secs() / 2);
 /// Longest discovery and client registration may take when a login starts.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,8 +78,10 @@ pub struct Logins {
     /// outlive the process that will receive the callback.
     states: Arc<dyn StateStore>,
     pending: Mutex<Table<PendingLogin>>,
-    finished: Mutex<HashMap<String, watch::Sender<Finished>>>,
-    /// One login start per server at a time: concurrent calls share the first one's login.
+    /// By (server, principal id).
+    finished: Mutex<HashMap<(String, String), watch::Sender<Finished>>>,
+    /// One login start per (server, principal) at a time: concurrent calls share the first
+    /// one's login.
     starting: RefreshLocks,
 }
 
@@ -194,7 +202,7 @@ impl LoginError {
     }
 }
 
-/// What became of one server's logins so far. `serial` counts finished logins (either way);
+/// What became of one (server, principal)'s logins so far. `serial` counts finished logins (either way);
 /// `signed_in` is the serial of the last that succeeded.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Finished {
@@ -275,9 +283,14 @@ impl Logins {
         Some(format!("{}{START_PATH}?{query}", site.origin()))
     }
 
-    /// Starts a login to `server` for the local principal, or hands out the one already waiting
-    /// for its browser if it is young enough.
-    pub async fn begin(&self, gateway: &Gateway, server: &str) -> Result<Started, LoginError> {
+    /// Starts a login to `server` for `principal`, or hands out the one already waiting for its
+    /// browser if it is young enough. The tokens it brings are stored for `principal`.
+    pub async fn begin(
+        &self,
+        gateway: &Gateway,
+        server: &str,
+        principal: &Principal,
+    ) -> Result<Started, LoginError> {
         let site = self
             .site
             .as_ref()
@@ -307,11 +320,17 @@ impl Logins {
             });
         }
 
-        let _one_start_per_server = self.starting.acquire(server).await;
-        if let Some(started) = self.pending().reusable(server, Instant::now()) {
+        let principal = principal.id();
+        // NUL cannot occur in a server name or principal id: the key is unambiguous.
+        let _one_start_at_a_time = self
+            .starting
+            .acquire(&format!("{server}\0{principal}"))
+            .await;
+        if let Some(started) = self.pending().reusable(server, &principal, Instant::now()) {
             return Ok(started);
         }
-        let credentials = ServerCredentials::new(StoreOAuth::local(store), server);
+        let oauth = StoreOAuth::new(store, super::Principal::from_id(&principal));
+        let credentials = ServerCredentials::new(Arc::new(oauth), server);
         let starting = start_login(
             url.as_str(),
             &settings,
@@ -332,6 +351,7 @@ impl Logins {
             .ok_or_else(|| start_error("the authorization URL carries no state".to_owned()))?;
         let pending = Pending {
             server: server.to_owned(),
+            principal: principal.clone(),
             state,
             started: Instant::now(),
             started_at: SystemTime::now(),
@@ -343,6 +363,7 @@ impl Logins {
         self.pending().insert(pending, Instant::now());
         tracing::info!(
             server,
+            %principal,
             redirect_uri = %settings.redirect_uri,
             "sign-in started; waiting up to {} minutes for the browser",
             LOGIN_TTL.as_secs() / 60
@@ -350,19 +371,27 @@ impl Logins {
         Ok(started)
     }
 
-    /// The announcements of `server`'s finished logins. The receiver has seen the current
-    /// value: [`wait_for_sign_in`] with its `serial` waits for the next login to finish.
-    pub(crate) fn watch(&self, server: &str) -> watch::Receiver<Finished> {
-        lock(&self.finished)
-            .entry(server.to_owned())
+    /// The announcements of `principal`'s finished logins to `server`. The receiver has seen
+    /// the current value: [`wait_for_sign_in`] with its `serial` waits for the next login to
+    /// finish.
+    pub(crate) fn watch(&self, server: &str, principal: &Principal) -> watch::Receiver<Finished> {
+        let mut finished = lock(&self.finished);
+        // A channel nobody watches that never announced anything is what a new one would be:
+        // dropping those keeps calls of principals who never finish a sign-in from growing
+        // the map. The others stay, since a retry compares against their serial.
+        finished.retain(|_, sender| {
+            sender.receiver_count() > 0 || *sender.borrow() != Finished::default()
+        });
+        finished
+            .entry((server.to_owned(), principal.id()))
             .or_insert_with(|| watch::channel(Finished::default()).0)
             .subscribe()
     }
 
-    fn announce(&self, server: &str, outcome: Result<(), String>) {
+    fn announce(&self, server: &str, principal: &str, outcome: Result<(), String>) {
         let mut finished = lock(&self.finished);
         let sender = finished
-            .entry(server.to_owned())
+            .entry((server.to_owned(), principal.to_owned()))
             .or_insert_with(|| watch::channel(Finished::default()).0);
         sender.send_modify(|f| {
             f.serial += 1;
@@ -406,6 +435,7 @@ impl Logins {
             );
         };
         let server = pending.server.clone();
+        let principal = pending.principal.clone();
         let outcome = match Url::parse(&pending.redirect_uri) {
             Ok(mut url) if url.path() == path => {
                 url.set_query(Some(query));
@@ -417,14 +447,26 @@ impl Logins {
                 "the browser came back to {path}, not to the redirect URI of this sign-in"
             )),
         };
-        self.announce(&server, outcome.as_ref().map(drop).map_err(Clone::clone));
+        self.announce(
+            &server,
+            &principal,
+            outcome.as_ref().map(drop).map_err(Clone::clone),
+        );
         match outcome {
             Ok(outcome) => {
-                tracing::info!(server, scopes = %outcome.scopes.join(" "), "signed in");
-                if let Some(upstream) = gateway.upstreams().get(&server).cloned() {
+                tracing::info!(server, %principal, scopes = %outcome.scopes.join(" "), "signed in");
+                if let Ok(Some(upstream)) = gateway.upstreams().for_principal(&server, &principal) {
                     let gateway = gateway.clone();
                     tokio::spawn(async move {
-                        if upstream.refresh_tools().await.is_ok() {
+                        let listed = upstream.refresh_tools().await.is_ok();
+                        // The local user's list is the catalog's; another principal's joins it
+                        // only when the catalog has none of this server's tools yet.
+                        let first = !gateway
+                            .catalog()
+                            .tools()
+                            .iter()
+                            .any(|tool| tool.server == upstream.name());
+                        if listed && (upstream.principal() == upstream::LOCAL_PRINCIPAL || first) {
                             gateway.refresh_catalog().await;
                         }
                     });
@@ -435,7 +477,7 @@ impl Logins {
                 )
             }
             Err(reason) => {
-                tracing::warn!(server, %reason, "sign-in failed");
+                tracing::warn!(server, %principal, %reason, "sign-in failed");
                 (
                     StatusCode::BAD_REQUEST,
                     browser_page(&format!(
@@ -446,11 +488,17 @@ impl Logins {
         }
     }
 
-    /// Every server configured for OAuth with its sign-in (never a token), and whether a login
-    /// is waiting for its browser.
-    pub async fn status(&self, gateway: &Gateway) -> Result<Vec<Value>, LoginError> {
+    /// Every server configured for OAuth with `principal`'s sign-in (never a token), and
+    /// whether a login of theirs is waiting for its browser.
+    pub async fn status(
+        &self,
+        gateway: &Gateway,
+        principal: &Principal,
+    ) -> Result<Vec<Value>, LoginError> {
         let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
-        let oauth = StoreOAuth::local(store);
+        let id = principal.id();
+        let oauth: Arc<dyn upstream::oauth::OAuthStore> =
+            Arc::new(StoreOAuth::new(store, super::Principal::from_id(&id)));
         let mut rows = Vec::new();
         for server in oauth_servers(gateway.config()) {
             let name = server.name.as_str();
@@ -458,7 +506,8 @@ impl Logins {
                 Ok(status) => super::status_json(name, &status),
                 Err(error) => json!({"server": name, "error": error.to_string()}),
             };
-            row["login_pending"] = json!(self.pending().waiting(name, Instant::now()));
+            row["principal"] = json!(id);
+            row["login_pending"] = json!(self.pending().waiting(name, &id, Instant::now()));
             rows.push(row);
         }
         Ok(rows)
@@ -536,6 +585,8 @@ pub(crate) fn parse_request_state(state: &str) -> Option<(&str, u64)> {
 
 struct Pending<L> {
     server: String,
+    /// Whose tokens the login brings: the principal id that started it.
+    principal: String,
     /// The `state` of the authorization request: the key the callback is matched by.
     state: String,
     started: Instant,
@@ -595,18 +646,22 @@ impl<L> Table<L> {
         Some(self.entries.remove(index))
     }
 
-    fn reusable(&self, server: &str, now: Instant) -> Option<Started> {
+    fn reusable(&self, server: &str, principal: &str, now: Instant) -> Option<Started> {
         self.entries
             .iter()
             .rev()
-            .find(|p| p.server == server && now.saturating_duration_since(p.started) < REUSE_FOR)
+            .find(|p| {
+                p.server == server
+                    && p.principal == principal
+                    && now.saturating_duration_since(p.started) < REUSE_FOR
+            })
             .map(Pending::started)
     }
 
-    fn waiting(&self, server: &str, now: Instant) -> bool {
+    fn waiting(&self, server: &str, principal: &str, now: Instant) -> bool {
         self.entries
             .iter()
-            .any(|p| p.server == server && !p.expired(now))
+            .any(|p| p.server == server && p.principal == principal && !p.expired(now))
     }
 }
 
@@ -638,12 +693,15 @@ fn no_store() -> [(header::HeaderName, &'static str); 1] {
     [(header::CACHE_CONTROL, "no-store")]
 }
 
-/// `GET /oauth/start?server=NAME[&redirect=1]`: a sign-in URL as JSON, or a redirect to it.
+/// `GET /oauth/start?server=NAME[&redirect=1]`: a sign-in URL as JSON, or a redirect to it,
+/// for the principal the request authenticated as (`local` on an open listener).
 async fn start(
     State((gateway, logins)): State<Shared>,
+    principal: Option<Extension<Principal>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
+    let principal = principal.map_or(Principal::Local, |Extension(p)| p);
     if let Some(why) = logins.refusal(&headers) {
         return json_error(StatusCode::FORBIDDEN, why);
     }
@@ -660,7 +718,7 @@ async fn start(
     let redirect = params
         .get("redirect")
         .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
-    match logins.begin(&gateway, server).await {
+    match logins.begin(&gateway, server, &principal).await {
         Ok(started) if redirect => (
             StatusCode::FOUND,
             [
@@ -717,12 +775,18 @@ async fn finish_page(
     page(status, html)
 }
 
-/// `GET /oauth/status`: every OAuth server's sign-in, as `mcpgw auth status --json` shows it.
-async fn status(State((gateway, logins)): State<Shared>, headers: HeaderMap) -> Response {
+/// `GET /oauth/status`: every OAuth server's sign-in of the caller, as `mcpgw auth status
+/// --json` shows the local user's.
+async fn status(
+    State((gateway, logins)): State<Shared>,
+    principal: Option<Extension<Principal>>,
+    headers: HeaderMap,
+) -> Response {
     if let Some(why) = logins.refusal(&headers) {
         return json_error(StatusCode::FORBIDDEN, why);
     }
-    match logins.status(&gateway).await {
+    let principal = principal.map_or(Principal::Local, |Extension(p)| p);
+    match logins.status(&gateway, &principal).await {
         Ok(rows) => (no_store(), Json(Value::Array(rows))).into_response(),
         Err(error) => json_error(error.status(), &error.to_string()),
     }
@@ -773,8 +837,13 @@ mod tests {
     use super::*;
 
     fn pending(server: &str, state: &str, started: Instant) -> Pending<()> {
+        pending_for(server, "local", state, started)
+    }
+
+    fn pending_for(server: &str, principal: &str, state: &str, started: Instant) -> Pending<()> {
         Pending {
             server: server.to_owned(),
+            principal: principal.to_owned(),
             state: state.to_owned(),
             started,
             started_at: SystemTime::now(),
@@ -790,13 +859,13 @@ mod tests {
         let mut table = Table::default();
         table.insert(pending("docs", "s-1", now), now);
         assert!(table.take("forged", now).is_none());
-        assert!(table.waiting("docs", now));
+        assert!(table.waiting("docs", "local", now));
         assert_eq!(
             table.take("s-1", now).map(|p| p.server).as_deref(),
             Some("docs")
         );
         assert!(table.take("s-1", now).is_none(), "single use");
-        assert!(!table.waiting("docs", now));
+        assert!(!table.waiting("docs", "local", now));
     }
 
     #[test]
@@ -805,7 +874,7 @@ mod tests {
         let mut table = Table::default();
         table.insert(pending("docs", "s-1", start), start);
         let later = start + LOGIN_TTL + Duration::from_secs(1);
-        assert!(!table.waiting("docs", later));
+        assert!(!table.waiting("docs", "local", later));
         assert!(table.take("s-1", later).is_none());
         assert!(table.entries.is_empty(), "expired logins are dropped");
     }
@@ -816,13 +885,38 @@ mod tests {
         let mut table = Table::default();
         table.insert(pending("docs", "s-1", start), start);
         let soon = start + Duration::from_secs(60);
-        let again = table.reusable("docs", soon).expect("reused");
+        let again = table.reusable("docs", "local", soon).expect("reused");
         assert!(again.authorization_url.ends_with("state=s-1"));
         assert_eq!(again.deadline, start + LOGIN_TTL);
-        assert!(table.reusable("wiki", soon).is_none(), "per server");
-        assert!(table.reusable("docs", start + REUSE_FOR).is_none());
+        assert!(
+            table.reusable("wiki", "local", soon).is_none(),
+            "per server"
+        );
+        assert!(
+            table.reusable("docs", "client:bob", soon).is_none(),
+            "per principal"
+        );
+        assert!(!table.waiting("docs", "client:bob", soon));
+        assert!(table.reusable("docs", "local", start + REUSE_FOR).is_none());
         // Still waiting (and its callback still accepted) until it expires.
-        assert!(table.waiting("docs", start + REUSE_FOR));
+        assert!(table.waiting("docs", "local", start + REUSE_FOR));
+    }
+
+    #[test]
+    fn a_login_belongs_to_the_principal_that_started_it() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending_for("docs", "client:alice", "s-a", now), now);
+        table.insert(pending_for("docs", "client:bob", "s-b", now), now);
+        let alice = table
+            .reusable("docs", "client:alice", now)
+            .expect("alice's");
+        assert!(alice.authorization_url.ends_with("state=s-a"));
+        // The callback's state alone names whose tokens it brings.
+        let taken = table.take("s-b", now).expect("bob's");
+        assert_eq!(taken.principal, "client:bob");
+        assert!(table.waiting("docs", "client:alice", now));
+        assert!(!table.waiting("docs", "client:bob", now));
     }
 
     #[test]
@@ -889,11 +983,14 @@ mod tests {
         let ct = CancellationToken::new();
         let far = Instant::now() + Duration::from_secs(30);
 
-        let mut finished = logins.watch("docs");
+        let mut finished = logins.watch("docs", &Principal::Local);
         let after = finished.borrow().serial;
-        logins.announce("wiki", Ok(()));
+        logins.announce("wiki", "local", Ok(()));
+        // Another principal's sign-in to the same server wakes nobody here.
+        logins.announce("docs", "client:bob", Ok(()));
         logins.announce(
             "docs",
+            "local",
             Err("the authorization server answered `access_denied`".into()),
         );
         assert_eq!(
@@ -903,14 +1000,14 @@ mod tests {
 
         // A success that happened before the wait began still counts.
         let after = finished.borrow().serial;
-        logins.announce("docs", Ok(()));
+        logins.announce("docs", "local", Ok(()));
         assert_eq!(
             wait_for_sign_in(&mut finished, after, far, &ct).await,
             Waited::SignedIn
         );
 
         // A failure after a success since `after`: the success wins.
-        logins.announce("docs", Err("late".into()));
+        logins.announce("docs", "local", Err("late".into()));
         assert_eq!(
             wait_for_sign_in(&mut finished, after, far, &ct).await,
             Waited::SignedIn
@@ -926,6 +1023,26 @@ mod tests {
         assert_eq!(
             wait_for_sign_in(&mut finished, after, far, &ct).await,
             Waited::Cancelled
+        );
+    }
+
+    #[test]
+    fn watches_of_principals_that_never_signed_in_are_not_kept() {
+        let logins = Logins::without_listener();
+        for i in 0..100 {
+            drop(logins.watch("docs", &Principal::Client(format!("c{i}"))));
+        }
+        logins.announce("docs", "client:signed", Ok(()));
+        let _held = logins.watch("docs", &Principal::Client("held".to_owned()));
+        let kept: Vec<(String, String)> = lock(&logins.finished).keys().cloned().collect();
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        // The one that announced keeps its serial for a later retry to compare against.
+        assert_eq!(
+            logins
+                .watch("docs", &Principal::Client("signed".to_owned()))
+                .borrow()
+                .serial,
+            1
         );
     }
 

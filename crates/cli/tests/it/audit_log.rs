@@ -1,0 +1,158 @@
+//! The audit log and per-client rate limits, end to end: a real client with its key calls
+//! through the gateway; `mcpgw audit` then shows who called what with which decision and
+//! outcome, holding only a hash of the arguments.
+
+use std::{
+    path::Path,
+    process::{Command, Output, Stdio},
+};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::harness::*;
+
+fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
+    Command::new(mcpgw())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcpgw runs")
+}
+
+fn audit(config: &Path, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["audit", "--json"];
+    all.extend_from_slice(args);
+    let out = mcpgw_in(config, &all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+#[test]
+fn calls_are_audited_with_a_hash_of_their_arguments_and_rate_limited_per_client() {
+    let config = write_config(&format!(
+        "{}\n[[profiles]]\nname = \"ci\"\nclients = [\"ci\"]\ndeny = [\"everything__get-env\"]\ncalls_per_minute = 4\n",
+        everything_stdio_server("everything")
+    ));
+    let config_path = config.path.clone();
+    let db = config.dir.path().join("mcpgw.db");
+    let added = mcpgw_in(&config_path, &["clients", "add", "ci"]);
+    assert!(added.status.success());
+    let key = String::from_utf8_lossy(&added.stdout).trim().to_owned();
+    let gateway = Gateway::start(config);
+    let secret = "do-not-log-7f3a9c";
+    let echo = |message: &str| {
+        json!({"op": "call_tool", "name": "call_tool",
+               "arguments": {"name": "everything__echo", "arguments": {"message": message}}})
+    };
+    let report = py_client(
+        &[
+            "--url",
+            &gateway.url(),
+            "--header",
+            &format!("Authorization: Bearer {key}"),
+        ],
+        "legacy",
+        json!([
+            echo(secret),
+            {"op": "call_tool", "name": "call_tool", "arguments": {"name": "everything__get-env", "arguments": {}}},
+            {"op": "call_tool", "name": "call_tool", "arguments": {"name": "everything__echo", "arguments": {"oops": 1}}},
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "echo"}},
+            echo("over the limit"),
+        ]),
+    );
+    let steps = &report["steps"];
+    assert_eq!(steps[0]["isError"], false, "{report}");
+    assert_eq!(steps[1]["isError"], true, "{report}");
+    assert_eq!(steps[2]["isError"], true, "{report}");
+    assert_eq!(steps[3]["isError"], false, "{report}");
+    let limited = result_text(&steps[4]);
+    assert_eq!(steps[4]["isError"], true, "{report}");
+    assert!(limited.contains("rate limit reached"), "{limited}");
+    assert!(limited.contains("Try again in"), "{limited}");
+
+    // The local user (stdio) is not limited by ci's budget: the limit is per principal.
+    let config_text = config_path.display().to_string();
+    let report = py_client(
+        &[
+            "--stdio",
+            mcpgw(),
+            "serve",
+            "--stdio",
+            "--config",
+            &config_text,
+            "--",
+        ],
+        "legacy",
+        json!([echo("local")]),
+    );
+    assert_eq!(report["steps"][0]["isError"], false, "{report}");
+
+    let rows = audit(&config_path, &["--client", "ci"]);
+    let by_decision = |decision: &str| -> Vec<&Value> {
+        rows.iter().filter(|r| r["decision"] == decision).collect()
+    };
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    assert!(
+        rows.iter().all(|r| r["principal"] == "client:ci"),
+        "{rows:#?}"
+    );
+    // Newest first.
+    assert_eq!(rows[0]["decision"], "rate_limited", "{rows:#?}");
+    assert_eq!(rows[0]["outcome"], "not_run", "{rows:#?}");
+    let denied = by_decision("denied");
+    assert_eq!(denied.len(), 1, "{rows:#?}");
+    assert_eq!(denied[0]["tool"], "everything__get-env");
+    let allowed = by_decision("allowed");
+    assert_eq!(allowed.len(), 2, "{rows:#?}");
+    let ok = allowed
+        .iter()
+        .find(|r| r["outcome"] == "ok")
+        .expect("ok call");
+    let invalid = allowed
+        .iter()
+        .find(|r| r["outcome"] == "not_run")
+        .expect("invalid call");
+    assert_eq!(invalid["error"], "invalid arguments", "{rows:#?}");
+    assert_eq!(ok["tool"], "everything__echo");
+    assert_eq!(ok["server"], "everything");
+    assert!(ok["latency_ms"].is_u64(), "{ok}");
+    let expected = hex(&Sha256::digest(json!({"message": secret}).to_string()));
+    assert_eq!(ok["arguments_sha256"], expected.as_str(), "{ok}");
+
+    let everyone = audit(&config_path, &["--since", "1h"]);
+    assert_eq!(everyone.len(), 5, "{everyone:#?}");
+    assert_eq!(everyone[0]["principal"], "local", "{everyone:#?}");
+    assert!(audit(&config_path, &["--client", "nobody"]).is_empty());
+
+    // The arguments themselves are nowhere: not in the database, not in the CLI's output.
+    let mut gateway = gateway;
+    gateway.proc.terminate();
+    let out = mcpgw_in(&config_path, &["audit"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("client:ci") && table.contains("rate_limited"),
+        "{table}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in ["mcpgw.db", "mcpgw.db-wal"] {
+        let path = db.with_file_name(file);
+        if let Ok(bytes) = std::fs::read(&path) {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{file} holds the argument value"
+            );
+        }
+    }
+    assert!(!table.contains(secret));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
