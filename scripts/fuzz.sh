@@ -18,7 +18,7 @@
 # written to fuzz/artifacts/TARGET/ and printed in base64.
 #
 # Env: MCPGW_CACHE (default ~/.cache/mcpgw); MCPGW_FUZZ_ARGS, extra libFuzzer flags
-# (e.g. "-jobs=4 -workers=4").
+# (e.g. "-fork=4" for four fuzzing processes per target).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -106,7 +106,7 @@ for target in "${TARGETS[@]}"; do
   find "fuzz/artifacts/$target" -type f -newer "$LOGS/start" | while read -r artifact; do
     say "$artifact ($(wc -c <"$artifact") bytes), base64:" >&2
     head -c 65536 "$artifact" | base64 >&2
-    say "reproduce: cargo fuzz run --sanitizer none $target $artifact" >&2
+    say "reproduce: PATH=\"$TOOLS/bin:\$PATH\" CARGO_TARGET_DIR=$CARGO_TARGET_DIR cargo fuzz run --sanitizer none $target $artifact" >&2
   done
 done
 

@@ -14,9 +14,11 @@
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
 #      netguard without its client feature has no tokio (normal dependencies).
+#   8. scripts/fuzz.sh 60                       each cargo-fuzz target for 60 s (fuzz/)
 #
 # Works from any directory. Honours CARGO_TARGET_DIR.
 # Env: MCPGW_SKIP_SETUP=1 skips stage 1 (when the peers are known to be there).
+#      MCPGW_FUZZ_SECONDS sets stage 8's time per target (default 60; 0 skips it).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -143,6 +145,14 @@ assert_no_dep mcpgw-netguard tokio --no-default-features || invariants_ok=0
 if [[ $invariants_ok -ne 1 ]]; then
   echo "    architecture invariants violated" >&2
   exit 1
+fi
+
+# ---- 8. fuzzing ----------------------------------------------------------------
+# Last: its instrumented build is the slowest step of a cold run, and it uses its own
+# target dir (see the script).
+if [[ "${MCPGW_FUZZ_SECONDS:-60}" != 0 ]]; then
+  stage "fuzz (scripts/fuzz.sh ${MCPGW_FUZZ_SECONDS:-60})"
+  scripts/fuzz.sh "${MCPGW_FUZZ_SECONDS:-60}"
 fi
 
 STAGE="done"
