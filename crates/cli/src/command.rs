@@ -260,20 +260,41 @@ pub(crate) async fn tools(
                 "{} tools, {total} tokens (cl100k_base) if listed directly",
                 tools.len()
             );
-            if let Some(profile) = &profile {
-                let exposure = profile
-                    .exposure
-                    .unwrap_or(gateway.config().gateway.exposure);
-                let shown = gateway::Access::for_profile(&gateway, profile).listed_tokens();
-                println!(
-                    "profile '{}' ({} exposure): its clients' tools/list costs {shown} tokens",
-                    profile.name,
-                    match exposure {
-                        config::Exposure::Search => "search",
-                        config::Exposure::Passthrough => "passthrough",
-                    }
-                );
-            }
+            let access = match &profile {
+                Some(profile) => gateway::Access::for_profile(&gateway, profile),
+                None => gateway.access(gateway::Principal::Local),
+            };
+            let word = |exposure: config::Exposure| match exposure {
+                config::Exposure::Search => "search",
+                config::Exposure::Passthrough => "passthrough",
+                config::Exposure::Auto => "auto",
+            };
+            let configured = access.configured_exposure();
+            let effective = access.exposure();
+            let mode = if configured == config::Exposure::Auto {
+                format!(
+                    "auto exposure: {} ({} tokens against a budget of {})",
+                    word(effective),
+                    access.passthrough_tokens(),
+                    gateway.config().gateway.token_budget
+                )
+            } else {
+                format!("{} exposure", word(effective))
+            };
+            let pinned = access.pinned();
+            let pinned = if effective == config::Exposure::Search && !pinned.is_empty() {
+                format!(", with pinned {}", pinned.join(", "))
+            } else {
+                String::new()
+            };
+            println!(
+                "{} ({mode}{pinned}): a client's tools/list costs {} tokens",
+                match &profile {
+                    Some(profile) => format!("profile '{}'", profile.name),
+                    None => "default view".to_owned(),
+                },
+                access.listed_tokens()
+            );
         }
     }
     report_failed_servers(&gateway);

@@ -46,6 +46,8 @@ pub(crate) struct GatewayFile {
     /// A string rather than `SocketAddr` so a bad address is a located problem with a hint.
     pub listen: Option<String>,
     pub exposure: Option<Exposure>,
+    pub token_budget: Option<i64>,
+    pub pinned: Option<Vec<String>>,
     pub client_auth: Option<ClientAuth>,
     pub allow_unauthenticated_loopback: Option<bool>,
     pub default_profile: Option<String>,
@@ -281,7 +283,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
+                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
             ],
         );
     }

@@ -83,6 +83,11 @@ pub struct GatewayConfig {
     pub jwt: Option<JwtConfig>,
     pub listen: SocketAddr,
     pub exposure: Exposure,
+    /// Exposure `auto`: the most tokens a passthrough `tools/list` may cost (cl100k_base).
+    pub token_budget: usize,
+    /// Tools listed beside the meta-tools when search exposure applies (qualified names).
+    /// Empty: under `auto`, the most used tools.
+    pub pinned: Vec<String>,
     /// When HTTP clients must present a key.
     pub client_auth: ClientAuth,
     /// Whether a loopback listener may serve without client auth. Defaults to true: on
@@ -97,6 +102,8 @@ impl Default for GatewayConfig {
         GatewayConfig {
             listen: DEFAULT_LISTEN,
             exposure: Exposure::default(),
+            token_budget: DEFAULT_TOKEN_BUDGET,
+            pinned: Vec::new(),
             client_auth: ClientAuth::default(),
             allow_unauthenticated_loopback: true,
             jwt: None,
@@ -126,7 +133,16 @@ pub enum Exposure {
     Search,
     /// Every visible upstream tool, namespaced.
     Passthrough,
+    /// Passthrough while the visible tools' listing fits `[gateway] token_budget`, else the
+    /// meta-tools plus the pinned tools (`pinned`, or the most used ones).
+    Auto,
 }
+
+/// The default `[gateway] token_budget`: 5% of a 200k-token context.
+pub const DEFAULT_TOKEN_BUDGET: usize = 10_000;
+
+/// How many of the most used tools `auto` pins when no `pinned` list is configured.
+pub const DEFAULT_AUTO_PINNED: usize = 3;
 
 /// `[retrieval]`: how `search_tools` ranks.
 #[derive(Debug, Clone, PartialEq)]

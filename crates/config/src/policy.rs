@@ -102,6 +102,8 @@ pub struct Profile {
     pub destructive: bool,
     /// Overrides `[gateway] exposure` for this profile's principals.
     pub exposure: Option<Exposure>,
+    /// Overrides `[gateway] pinned` for this profile's principals.
+    pub pinned: Option<Vec<String>>,
     /// Client names (`mcpgw clients add NAME`) that run under this profile.
     pub clients: Vec<String>,
     /// Principals of this profile may decide anyone's pending approvals and use the admin
@@ -290,6 +292,7 @@ pub(crate) struct ProfileFile {
     pub read_only: Option<bool>,
     pub destructive: Option<bool>,
     pub exposure: Option<Exposure>,
+    pub pinned: Option<Vec<String>>,
     #[serde(default)]
     pub clients: Vec<String>,
     pub admin: Option<bool>,
@@ -483,6 +486,7 @@ pub(crate) fn policy(
             read_only: file.read_only.unwrap_or(false),
             destructive: file.destructive.unwrap_or(true),
             exposure: file.exposure,
+            pinned: file.pinned,
             clients: file.clients,
             admin: file.admin.unwrap_or(false),
             calls_per_minute,
@@ -639,6 +643,7 @@ mod tests {
             read_only: false,
             destructive: true,
             exposure: None,
+            pinned: None,
             clients: vec![],
             admin: false,
             calls_per_minute: None,

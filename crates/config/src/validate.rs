@@ -332,6 +332,18 @@ impl Validator {
         GatewayConfig {
             listen,
             exposure: file.exposure.unwrap_or(default.exposure),
+            token_budget: match file.token_budget {
+                None => default.token_budget,
+                Some(n @ 0..=10_000_000) => n as usize,
+                Some(n) => {
+                    self.problems.push(Problem::new(
+                        "gateway.token_budget",
+                        format!("{n} is out of range 0..=10000000 (tokens)"),
+                    ));
+                    default.token_budget
+                }
+            },
+            pinned: file.pinned.unwrap_or_default(),
             client_auth: file.client_auth.unwrap_or(default.client_auth),
             allow_unauthenticated_loopback: file
                 .allow_unauthenticated_loopback

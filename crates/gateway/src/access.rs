@@ -82,11 +82,66 @@ impl<'a> Access<'a> {
         })
     }
 
-    /// The exposure mode this caller gets: its profile's, else `[gateway] exposure`.
-    pub fn exposure(&self) -> config::Exposure {
+    /// The exposure mode configured for this caller: its profile's, else `[gateway] exposure`.
+    pub fn configured_exposure(&self) -> config::Exposure {
         self.profile
             .and_then(|p| p.exposure)
             .unwrap_or(self.gateway.config().gateway.exposure)
+    }
+
+    /// The exposure mode this caller gets now: `search` or `passthrough`. `auto` is
+    /// passthrough while the caller's visible tools cost at most `[gateway] token_budget`
+    /// tokens to list, else search.
+    pub fn exposure(&self) -> config::Exposure {
+        match self.configured_exposure() {
+            config::Exposure::Auto => {
+                if self.passthrough_tokens() <= self.gateway.config().gateway.token_budget {
+                    config::Exposure::Passthrough
+                } else {
+                    config::Exposure::Search
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// What listing every tool this caller may use would cost (cl100k_base tokens).
+    pub fn passthrough_tokens(&self) -> usize {
+        let catalog = self.gateway.catalog();
+        match self.allowed_tools() {
+            None => catalog.total_token_cost(),
+            Some(allowed) => catalog
+                .tools()
+                .iter()
+                .filter(|entry| allowed.contains(&entry.qualified))
+                .map(|entry| entry.token_cost)
+                .sum(),
+        }
+    }
+
+    /// The tools listed beside the meta-tools in search mode: the profile's `pinned`, else
+    /// `[gateway] pinned`, else, under `auto`, the most used tools; only existing tools the
+    /// caller may use, in that order.
+    pub fn pinned(&self) -> Vec<String> {
+        let configured = self
+            .profile
+            .and_then(|p| p.pinned.as_ref())
+            .unwrap_or(&self.gateway.config().gateway.pinned);
+        let catalog = self.gateway.catalog();
+        let usable = |name: &String| self.get(&catalog, name).is_some();
+        if !configured.is_empty() {
+            return configured.iter().filter(|n| usable(n)).cloned().collect();
+        }
+        if self.configured_exposure() != config::Exposure::Auto {
+            return Vec::new();
+        }
+        self.gateway
+            .most_used()
+            .iter()
+            .filter(|n| usable(n))
+            .take(config::DEFAULT_AUTO_PINNED)
+            .cloned()
+            .collect()
     }
 
     /// The qualified names the caller may use in the current catalog, for the search filter;
@@ -137,18 +192,19 @@ impl<'a> Access<'a> {
     /// search mode, every permitted tool in passthrough.
     pub fn listed_tokens(&self) -> usize {
         match self.exposure() {
+            config::Exposure::Passthrough | config::Exposure::Auto => self.passthrough_tokens(),
             config::Exposure::Search => {
                 let tools = crate::meta::tools(&self.servers());
+                let catalog = self.gateway.catalog();
+                let pinned: usize = self
+                    .pinned()
+                    .iter()
+                    .filter_map(|name| catalog.get(name))
+                    .map(|entry| entry.token_cost)
+                    .sum();
                 catalog::cost::count_tokens(&serde_json::to_string(&tools).unwrap_or_default())
+                    + pinned
             }
-            config::Exposure::Passthrough => self
-                .gateway
-                .catalog()
-                .tools()
-                .iter()
-                .filter(|entry| self.permits(entry))
-                .map(|entry| entry.token_cost)
-                .sum(),
         }
     }
 
@@ -215,6 +271,7 @@ mod tests {
             read_only: true,
             destructive: true,
             exposure: None,
+            pinned: None,
             clients: vec![],
             admin: false,
             calls_per_minute: None,

@@ -409,6 +409,7 @@ mod tests {
                 read_only: false,
                 destructive: true,
                 exposure: None,
+                pinned: None,
                 clients: vec!["root".into()],
                 admin: true,
                 calls_per_minute: None,

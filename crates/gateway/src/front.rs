@@ -218,18 +218,25 @@ impl Front {
     /// The tools `access`'s principal sees in its exposure mode.
     fn visible_tools(&self, access: &Access<'_>) -> Vec<Tool> {
         match access.exposure() {
-            config::Exposure::Search => meta::tools(&access.servers()),
-            config::Exposure::Passthrough => self
+            config::Exposure::Search => {
+                let mut tools = meta::tools(&access.servers());
+                let catalog = self.gateway.catalog();
+                tools.extend(
+                    access
+                        .pinned()
+                        .iter()
+                        .filter_map(|name| catalog.get(name))
+                        .filter_map(listed_tool),
+                );
+                tools
+            }
+            config::Exposure::Passthrough | config::Exposure::Auto => self
                 .gateway
                 .catalog()
                 .tools()
                 .iter()
                 .filter(|entry| access.permits(entry))
-                .filter_map(|entry| {
-                    let mut raw = entry.raw.clone();
-                    raw["name"] = Value::String(entry.qualified.clone());
-                    serde_json::from_value::<Tool>(raw).ok()
-                })
+                .filter_map(listed_tool)
                 .collect(),
         }
     }
@@ -960,6 +967,13 @@ impl Front {
     }
 }
 
+/// A catalog tool as `tools/list` shows it: the upstream's definition under its qualified name.
+fn listed_tool(entry: &catalog::ToolEntry) -> Option<Tool> {
+    let mut raw = entry.raw.clone();
+    raw["name"] = Value::String(entry.qualified.clone());
+    serde_json::from_value::<Tool>(raw).ok()
+}
+
 /// The `input_required` result asking a 2026-07-28 client to approve `pending`.
 fn approval_input(pending: &store::Approval, why: &str) -> Option<InputRequiredResult> {
     let (message, schema) = approval::form(pending, why)?;
@@ -1062,7 +1076,7 @@ impl ServerHandler for Front {
             .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
         // Profiles may give a client passthrough; the instructions speak of the meta-tools,
         // which most clients see.
-        if self.gateway.config().gateway.exposure == config::Exposure::Search {
+        if self.gateway.config().gateway.exposure != config::Exposure::Passthrough {
             info = info.with_instructions(
                 "mcpgw fronts several MCP servers. Use search_tools to find a tool, \
                  get_tool_details to read its schema, and call_tool to run it.",

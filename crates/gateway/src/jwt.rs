@@ -644,6 +644,7 @@ yi9n/9tfpaNmzENsQhUEgWOuVk1ns0VBoqpz9degyBM/H2p5/3boE2+E
                     read_only: false,
                     destructive: true,
                     exposure: None,
+                    pinned: None,
                     clients: Vec::new(),
                     admin: false,
                     calls_per_minute: None,

@@ -68,6 +68,9 @@ pub struct Gateway {
     refreshing: tokio::sync::Mutex<()>,
     /// Tool pinning: the held tools and the pins generation the catalog was checked against.
     pins: pinning::Pins,
+    /// The most used tools by the audit log, for exposure `auto`'s pinned tools; read at each
+    /// catalog refresh.
+    most_used: RwLock<Arc<Vec<String>>>,
     /// Calls per minute per principal (`[limits]`, profiles' `calls_per_minute`).
     rate_limiter: limits::RateLimiter,
     /// Audit records being written; [`Gateway::audit_written`] waits for them.
@@ -140,6 +143,7 @@ impl Gateway {
             semantic: OnceLock::new(),
             refreshing: tokio::sync::Mutex::new(()),
             pins: pinning::Pins::default(),
+            most_used: RwLock::new(Arc::new(Vec::new())),
             rate_limiter: limits::RateLimiter::new(),
             audit_writes: tokio_util::task::TaskTracker::new(),
             profile_sets: access::ProfileSets::default(),
@@ -243,6 +247,33 @@ impl Gateway {
         }
     }
 
+    /// The tools most used lately (successful calls in the last 30 days, by the audit log),
+    /// most first; empty without a database.
+    pub fn most_used(&self) -> Arc<Vec<String>> {
+        self.most_used
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Re-reads [`Gateway::most_used`] from the audit log.
+    async fn read_most_used(&self) {
+        const WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
+        let Some(store) = &self.store else {
+            return;
+        };
+        let since = std::time::SystemTime::now() - WINDOW;
+        match store.most_called_tools(since, 50).await {
+            Ok(tools) => {
+                *self
+                    .most_used
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(tools)
+            }
+            Err(error) => tracing::warn!(%error, "cannot read the most used tools"),
+        }
+    }
+
     pub fn config(&self) -> &config::Config {
         &self.config
     }
@@ -291,6 +322,7 @@ impl Gateway {
     async fn refresh(&self, published: Option<tokio::sync::oneshot::Sender<()>>) {
         let _one_at_a_time = self.refreshing.lock().await;
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.read_most_used().await;
         let catalog = self.build_catalog().await;
         let semantic = self.semantic().cloned();
         self.publish(generation, catalog.clone());

@@ -166,6 +166,24 @@ impl Store {
         Ok(())
     }
 
+    /// The tools called successfully most often since `since`, most first (ties by name), at
+    /// most `limit`: what exposure `auto` pins when no `pinned` list is configured.
+    pub async fn most_called_tools(
+        &self,
+        since: SystemTime,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT tool FROM audit WHERE at_ms >= ? AND outcome = 'ok'
+             GROUP BY tool ORDER BY COUNT(*) DESC, tool LIMIT ?",
+        )
+        .bind(unix_millis(since))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(tool,)| tool).collect())
+    }
+
     /// The rows `query` selects, newest first. A row this version cannot read (a decision or
     /// outcome written by a newer mcpgw) is skipped and logged.
     pub async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
