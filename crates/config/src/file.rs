@@ -374,7 +374,7 @@ mod tests {
         );
         check(
             "[gateway]\nexposure = \"all\"\n",
-            expect!["mcpgw.toml:2:12: unknown variant `all`, expected `search` or `passthrough`"],
+            expect!["mcpgw.toml:2:12: unknown variant `all`, expected one of `search`, `passthrough`, `auto`"],
         );
         check("", expect!["ok 0 servers"]);
     }
