@@ -374,7 +374,9 @@ mod tests {
         );
         check(
             "[gateway]\nexposure = \"all\"\n",
-            expect!["mcpgw.toml:2:12: unknown variant `all`, expected one of `search`, `passthrough`, `auto`"],
+            expect![
+                "mcpgw.toml:2:12: unknown variant `all`, expected one of `search`, `passthrough`, `auto`"
+            ],
         );
         check("", expect!["ok 0 servers"]);
     }
