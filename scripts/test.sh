@@ -9,8 +9,10 @@
 #   4. cargo nextest run --workspace --no-fail-fast
 #   5. cargo test --workspace --doc
 #   6. cargo bench --workspace --no-run        (benches must keep compiling)
-#   6b. scripts/conformance-client.sh           the official suite's client auth scenarios
-#      against mcpgw's upstream OAuth client (expected failures: tests/conformance/)
+#   6b. scripts/conformance-client.sh           the official suite's client scenarios
+#      against mcpgw's upstream client (expected failures: tests/conformance/)
+#   6c. scripts/conformance-server.sh           the suite's server scenarios, both eras,
+#      against `mcpgw serve` in front of the fixture upstream (tests/conformance/)
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
 #      netguard without its client feature has no tokio (normal dependencies).
@@ -77,8 +79,11 @@ cargo test --workspace --doc
 stage "cargo bench --workspace --no-run"
 cargo bench --workspace --no-run
 
-stage "conformance: client auth scenarios (scripts/conformance-client.sh)"
+stage "conformance: client scenarios (scripts/conformance-client.sh)"
 scripts/conformance-client.sh
+
+stage "conformance: server scenarios (scripts/conformance-server.sh)"
+scripts/conformance-server.sh
 
 # ---- 7. architecture invariants --------------------------------------------
 # assert_no_dep PKG DEP [CARGO-TREE-ARGS...]: DEP must not be a normal (non-dev,

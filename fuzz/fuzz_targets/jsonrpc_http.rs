@@ -18,11 +18,7 @@
 
 #![no_main]
 
-use std::{
-    net::SocketAddr,
-    path::Path,
-    sync::{Arc, LazyLock},
-};
+use std::{net::SocketAddr, path::Path, sync::LazyLock};
 
 use axum::{Router, body::Body};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -68,14 +64,9 @@ static HARNESS: LazyLock<Harness> = LazyLock::new(|| {
         let config = config::parse_toml("", Path::new("fuzz.toml")).expect("empty config is valid");
         let gateway = gateway::Gateway::new(config, None);
         let local: SocketAddr = LOCAL.parse().expect("socket address");
-        // Never cancelled; leaked so sessions live as long as the process.
-        let shutdown = Box::leak(Box::new(CancellationToken::new()));
-        gateway::http_app(
-            Arc::clone(&gateway),
-            local,
-            gateway::ClientAccess::Open,
-            shutdown,
-        )
+        // Never cancelled: sessions end by DELETE (see `close_session`).
+        let shutdown = CancellationToken::new();
+        gateway::http_app(gateway, local, gateway::ClientAccess::Open, &shutdown)
     });
     Harness { runtime, app }
 });

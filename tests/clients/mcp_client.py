@@ -6,7 +6,8 @@ ONE JSON object to stdout. Run it with the test venv's interpreter:
 
     .peers/venv/bin/python tests/clients/mcp_client.py \
         (--stdio CMD [ARG...] [--] | --url URL) [--era legacy|modern|auto] \
-        [--header 'Name: value']... [--elicit open[:QUERY]|form:JSON|decline|cancel] SCRIPT_JSON
+        [--header 'Name: value']... [--elicit open[:QUERY]|form:JSON|decline|cancel]
+        [--sample TEXT] SCRIPT_JSON
 
 SCRIPT_JSON (always the LAST argument; `@path` reads a file, `-` reads stdin)
 is a JSON array of steps, e.g.
@@ -26,6 +27,23 @@ its query), following redirects, and the answer is `accept`; form mode is
 declined. `form:JSON` plays a user who fills every form in with the JSON object
 and accepts (URL mode is then declined). `decline` / `cancel` answer that. The output then has
 "elicitations": [{"mode", "message", "url", "action"[, "status"]}, ...].
+
+--sample TEXT makes the client declare sampling and answer every
+`sampling/createMessage` (a legacy server request, or one inside an
+input_required result) with an assistant message TEXT from model
+"mcpgw-test-model". The output then has "samplings": [{"messages": [text...],
+"maxTokens"}, ...].
+
+A `call_tool` step with "progress": true records the call's progress
+notifications in its result ("progress": [{"progress", "total", "message"}]);
+with "cancel_on_progress": true the call is abandoned (the SDK sends
+notifications/cancelled, or closes a 2026-07-28 HTTP request) at the first
+progress notification, and the result is {"cancelled": true, "progress": [...]}.
+A `listen` step opens a 2026-07-28 `subscriptions/listen` stream for list
+changes in the background; `wait_notification` waits (up to "timeout" s,
+default 10) for one more notification of "method" than already waited for,
+whether it came as a legacy notification or on the listen stream. Scripts with
+either op get "notifications": [method, ...] in the output, in arrival order.
 
 Exit codes: 0 script ran (even if steps returned MCP errors); 1 the connection
 failed (spawn, handshake/discover, transport, connection lost mid-script);
@@ -54,7 +72,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 USAGE = (
     "usage: mcp_client.py (--stdio CMD [ARG...] [--] | --url URL) "
     "[--era legacy|modern|auto] [--header 'Name: value']... "
-    "[--elicit open[:QUERY]|form:JSON|decline|cancel] SCRIPT_JSON"
+    "[--elicit open[:QUERY]|form:JSON|decline|cancel] [--sample TEXT] SCRIPT_JSON"
 )
 ERAS = ("legacy", "modern", "auto")
 PAGE_CAP = 100  # max pages followed for list_* (guards against non-advancing cursors)
@@ -75,13 +93,13 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
     if not argv or argv[0] in ("-h", "--help"):
         raise UsageError(USAGE)
     script_arg, rest = argv[-1], argv[:-1]
-    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}, "elicit": None}
-    own = ("--era", "--url", "--stdio", "--header", "--elicit")
+    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}, "elicit": None, "sample": None}
+    own = ("--era", "--url", "--stdio", "--header", "--elicit", "--sample")
     i = 0
     while i < len(rest):
         tok = rest[i]
         key, eq, val = tok.partition("=")
-        if key in ("--era", "--url", "--header", "--elicit"):
+        if key in ("--era", "--url", "--header", "--elicit", "--sample"):
             if not eq:
                 i += 1
                 if i >= len(rest):
@@ -95,6 +113,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
                 opts["url"] = val
             elif key == "--elicit":
                 opts["elicit"] = parse_elicit(val)
+            elif key == "--sample":
+                opts["sample"] = val
             else:
                 name, colon, value = val.partition(":")
                 if not colon or not name.strip():
@@ -202,12 +222,39 @@ async def op_list_tools(client: Client, step: dict[str, Any]) -> Any:
 
 
 async def op_call_tool(client: Client, step: dict[str, Any]) -> Any:
-    result = await client.call_tool(step["name"], step.get("arguments") or {})
-    return {
+    progress: list[dict[str, Any]] = []
+    first_progress = anyio.Event()
+    callback = None
+    if step.get("progress") or step.get("cancel_on_progress"):
+
+        async def callback(value: float, total: float | None, message: str | None) -> None:
+            progress.append({"progress": value, "total": total, "message": message})
+            first_progress.set()
+
+    async def call() -> Any:
+        return await client.call_tool(step["name"], step.get("arguments") or {}, progress_callback=callback)
+
+    if step.get("cancel_on_progress"):
+        # Abandoning the call is how the SDK cancels it.
+        async with anyio.create_task_group() as tg:
+
+            async def run_call() -> None:
+                await call()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(run_call)
+            await first_progress.wait()
+            tg.cancel_scope.cancel()
+        return {"cancelled": True, "progress": progress}
+    result = await call()
+    out = {
         "content": dump(list(result.content)),
         "structuredContent": result.structured_content,
         "isError": bool(result.is_error),
     }
+    if step.get("progress"):
+        out["progress"] = progress
+    return out
 
 
 async def op_list_resources(client: Client, step: dict[str, Any]) -> Any:
@@ -234,6 +281,40 @@ async def op_get_prompt(client: Client, step: dict[str, Any]) -> Any:
     return dump(await client.get_prompt(step["name"], step.get("arguments") or {}))
 
 
+async def op_complete(client: Client, step: dict[str, Any]) -> Any:
+    ref = step.get("ref")
+    if not isinstance(ref, dict):
+        raise UsageError(f'op "complete" needs a "ref" object: {json.dumps(step)}')
+    model = types.PromptReference if ref.get("type") == "ref/prompt" else types.ResourceTemplateReference
+    argument = step.get("argument") or {}
+    result = await client.complete(model.model_validate(ref), argument, step.get("context"))
+    return dump(result.completion)
+
+
+LISTS = {
+    "tools": ("list_tools", "tools"),
+    "resources": ("list_resources", "resources"),
+    "resource_templates": ("list_resource_templates", "resource_templates"),
+    "prompts": ("list_prompts", "prompts"),
+}
+
+
+async def op_list_pages(client: Client, step: dict[str, Any]) -> Any:
+    """Each page of one list as the server sent it: its item count and nextCursor."""
+    if step.get("list") not in LISTS:
+        raise UsageError(f'op "list_pages" needs "list" to be one of {sorted(LISTS)}: {json.dumps(step)}')
+    method, attr = LISTS[step["list"]]
+    pages: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(PAGE_CAP):
+        page = await getattr(client, method)(cursor=cursor)
+        pages.append({"count": len(getattr(page, attr)), "nextCursor": page.next_cursor})
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return pages
+
+
 async def op_ping(client: Client, step: dict[str, Any]) -> Any:
     await client.session.send_ping()  # removed in 2026-07-28: a modern peer answers with an error
     return {}
@@ -248,7 +329,68 @@ async def op_sleep(client: Client, step: dict[str, Any]) -> Any:
     return {}
 
 
-REQUIRED_STRING = {"call_tool": "name", "read_resource": "uri", "get_prompt": "name"}
+class Notifications:
+    """Every notification's method in arrival order, legacy or listen-stream, and a wake-up."""
+
+    def __init__(self) -> None:
+        self.methods: list[str] = []
+        self.waited: dict[str, int] = {}
+        self.changed = anyio.Event()
+        self.task_group: Any = None
+
+    def record(self, method: str | None) -> None:
+        if method is None:
+            return
+        self.methods.append(method)
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+LISTEN_EVENTS = {
+    "ToolsListChanged": "notifications/tools/list_changed",
+    "PromptsListChanged": "notifications/prompts/list_changed",
+    "ResourcesListChanged": "notifications/resources/list_changed",
+    "ResourceUpdated": "notifications/resources/updated",
+}
+
+
+async def op_listen(client: Client, step: dict[str, Any]) -> Any:
+    notes: Notifications = step["_notifications"]
+    opened = anyio.Event()
+    honored: dict[str, Any] = {}
+
+    async def listen() -> None:
+        async with client.listen(
+            tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True
+        ) as subscription:
+            honored.update(dump(subscription.honored))
+            opened.set()
+            async for event in subscription:
+                notes.record(LISTEN_EVENTS.get(type(event).__name__, type(event).__name__))
+
+    notes.task_group.start_soon(listen)
+    await opened.wait()
+    return {"honored": honored}
+
+
+async def op_wait_notification(client: Client, step: dict[str, Any]) -> Any:
+    notes: Notifications = step["_notifications"]
+    method = step["method"]
+    want = notes.waited.get(method, 0) + 1
+    with anyio.move_on_after(float(step.get("timeout", 10))):
+        while notes.methods.count(method) < want:
+            await notes.changed.wait()
+        notes.waited[method] = want
+        return {"method": method, "count": want}
+    return {"timedOut": True, "method": method}
+
+
+REQUIRED_STRING = {
+    "call_tool": "name",
+    "read_resource": "uri",
+    "get_prompt": "name",
+    "wait_notification": "method",
+}
 
 OPS = {
     "list_tools": op_list_tools,
@@ -258,9 +400,13 @@ OPS = {
     "read_resource": op_read_resource,
     "list_prompts": op_list_prompts,
     "get_prompt": op_get_prompt,
+    "complete": op_complete,
+    "list_pages": op_list_pages,
     "ping": op_ping,
     "discover": op_discover,
     "sleep": op_sleep,
+    "listen": op_listen,
+    "wait_notification": op_wait_notification,
 }
 
 
@@ -349,7 +495,29 @@ def elicitation_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> 
     return callback
 
 
-async def connect(stack: AsyncExitStack, opts: dict[str, Any], elicitations: list[dict[str, Any]]) -> Client:
+def sampling_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> Any:
+    """The model behind --sample: answers every sampling request with the same text."""
+
+    async def callback(context: Any, params: Any) -> types.CreateMessageResult:
+        texts = [getattr(m.content, "text", None) for m in params.messages]
+        record.append({"messages": texts, "maxTokens": params.max_tokens})
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=opts["sample"]),
+            model="mcpgw-test-model",
+            stop_reason="endTurn",
+        )
+
+    return callback
+
+
+async def connect(
+    stack: AsyncExitStack,
+    opts: dict[str, Any],
+    elicitations: list[dict[str, Any]],
+    samplings: list[dict[str, Any]] | None = None,
+    notifications: Notifications | None = None,
+) -> Client:
     era = opts["era"]
     # legacy: initialize handshake at 2025-11-25 (LATEST_HANDSHAKE_VERSION);
     # modern: pin 2026-07-28 (adopted without handshake), then a real server/discover below;
@@ -371,6 +539,8 @@ async def connect(stack: AsyncExitStack, opts: dict[str, Any], elicitations: lis
         client_info=types.Implementation(name="mcpgw-test-client", version="0.1.0"),
         # A callback makes the SDK declare elicitation {form, url}; without one, none.
         elicitation_callback=elicitation_callback(opts, elicitations) if opts["elicit"] else None,
+        sampling_callback=sampling_callback(opts, samplings if samplings is not None else []) if opts["sample"] else None,
+        message_handler=notification_handler(notifications) if notifications is not None else None,
     )
     try:
         await stack.enter_async_context(client)
@@ -385,6 +555,15 @@ async def connect(stack: AsyncExitStack, opts: dict[str, Any], elicitations: lis
     return client
 
 
+def notification_handler(notifications: Notifications) -> Any:
+    async def handler(message: Any) -> None:
+        if not isinstance(message, Exception):
+            notifications.record(getattr(message, "method", None))
+        await anyio.lowlevel.checkpoint()
+
+    return handler
+
+
 def server_info(client: Client) -> Any:
     info = client.server_info
     return None if info is None else {"name": info.name, "version": info.version}
@@ -396,11 +575,24 @@ async def run(opts: dict[str, Any]) -> dict[str, Any]:
     elicitations: list[dict[str, Any]] = []
     if opts["elicit"]:
         out["elicitations"] = elicitations
+    samplings: list[dict[str, Any]] = []
+    if opts["sample"]:
+        out["samplings"] = samplings
+    notifications = None
+    if any(step["op"] in ("listen", "wait_notification") for step in opts["script"]):
+        notifications = Notifications()
+        out["notifications"] = notifications.methods
     async with AsyncExitStack() as stack:
-        client = await connect(stack, opts, elicitations)
+        client = await connect(stack, opts, elicitations, samplings, notifications)
         out["era"] = client.protocol_version
         out["server"] = server_info(client)
+        if notifications is not None:
+            # Background listen streams; cancelled (below) before the client closes.
+            notifications.task_group = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(notifications.task_group.cancel_scope.cancel)
         for i, step in enumerate(opts["script"]):
+            if notifications is not None:
+                step["_notifications"] = notifications
             try:
                 steps.append(await OPS[step["op"]](client, step))
             except Exception as e:  # MCP errors and client-side rejections are data

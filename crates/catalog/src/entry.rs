@@ -3,14 +3,18 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::naming::Namer;
+use crate::naming::{self, Namer};
 use crate::{cost, schema};
 
 /// One tool as the catalog knows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolEntry {
-    /// The name clients see (`server__tool`, see [`crate::naming`]).
+    /// The name clients see (`server__tool`, or the bare upstream name under
+    /// `prefix = "when-needed"`; see [`crate::naming`]).
     pub qualified: String,
+    /// The `server__tool` name `prefix = "always"` gives; equal to `qualified` unless that is
+    /// bare. Calls by this name reach the tool too, and policy patterns match either.
+    pub prefixed: String,
     pub server: String,
     /// The original name, always used on the wire.
     pub upstream_name: String,
@@ -87,7 +91,10 @@ impl ToolEntry {
             Some(schema @ Value::Object(_)) => schema,
             Some(_) => return Err(Error::InputSchemaNotObject),
         };
-        let qualified = namer.assign(server, &upstream_name);
+        let naming::Assigned {
+            name: qualified,
+            prefixed,
+        } = namer.assign_both(server, &upstream_name);
         let annotations = tool.get("annotations").filter(|a| a.is_object());
         let title = string(tool, "title")
             .or_else(|| annotations?.get("title")?.as_str())
@@ -109,6 +116,7 @@ impl ToolEntry {
         Ok(Self {
             resolved: (resolved != *input_schema).then_some(resolved),
             qualified,
+            prefixed,
             server: server.to_string(),
             upstream_name,
             title,

@@ -14,6 +14,9 @@
 //! schema before it is forwarded ([`arguments`]: no remote `$ref` fetching, and a schema's own
 //! problems never block a call).
 //!
+//! [`uri`] namespaces resource URIs the same way [`naming`] namespaces tool and prompt names:
+//! reversibly, so the gateway can route a `resources/read` back to its server.
+//!
 //! Invariant: a Catalog is immutable; building never fails on upstream data. A malformed tool
 //! is skipped and reported as a [`Problem`], the rest loads.
 //!
@@ -31,6 +34,7 @@ pub mod naming;
 pub mod schema;
 pub mod search;
 pub mod suggestion;
+pub mod uri;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -160,6 +164,8 @@ fn has_cjk(text: &str) -> bool {
 pub struct Catalog {
     tools: Vec<ToolEntry>,
     by_name: HashMap<String, usize>,
+    /// The `server__tool` names of tools shown bare (`prefix = "when-needed"`).
+    aliases: HashMap<String, usize>,
     /// Server names and descriptions in the given order, each once.
     servers: Vec<(String, Option<String>)>,
     index: Bm25Index,
@@ -186,7 +192,35 @@ impl Catalog {
 
     /// [`Catalog::build`] with non-default lexical index options.
     pub fn build_with(servers: &[ServerTools], options: &IndexOptions) -> (Catalog, Vec<Problem>) {
-        let mut namer = Namer::new();
+        Catalog::build_named(servers, options, naming::Rules::default())
+    }
+
+    /// [`Catalog::build_with`] under naming `rules` (`[gateway] prefix`, and the names that
+    /// must not be handed out bare). Under [`naming::Prefix::WhenNeeded`] every server's names
+    /// are looked at first, since a name stays bare only when no other server uses it.
+    pub fn build_named(
+        servers: &[ServerTools],
+        options: &IndexOptions,
+        rules: naming::Rules<'_>,
+    ) -> (Catalog, Vec<Problem>) {
+        let contested = match rules.prefix {
+            naming::Prefix::Always => HashSet::new(),
+            naming::Prefix::WhenNeeded => {
+                let mut listed: HashSet<&str> = HashSet::new();
+                naming::contested(
+                    servers
+                        .iter()
+                        .filter(|upstream| listed.insert(upstream.server.as_str()))
+                        .map(|upstream| {
+                            upstream
+                                .tools
+                                .iter()
+                                .filter_map(|raw| entry::upstream_name(raw).ok())
+                        }),
+                )
+            }
+        };
+        let mut namer = Namer::with_rules(rules, contested);
         let mut tools = Vec::new();
         let mut problems = Vec::new();
         let mut listed: Vec<(String, Option<String>)> = Vec::new();
@@ -234,11 +268,19 @@ impl Catalog {
                 slot.insert(i);
             }
         }
+        // A bare name's `server__tool` form reaches it too, unless a real name took it.
+        let mut aliases = HashMap::new();
+        for (i, tool) in tools.iter().enumerate() {
+            if tool.prefixed != tool.qualified && !by_name.contains_key(&tool.prefixed) {
+                aliases.insert(tool.prefixed.clone(), i);
+            }
+        }
         let total_token_cost = tools.iter().map(|t| t.token_cost).sum();
         let validators = tools.iter().map(|_| OnceLock::new()).collect();
         let catalog = Catalog {
             tools,
             by_name,
+            aliases,
             servers: listed,
             index,
             vectors: None,
@@ -317,9 +359,18 @@ impl Catalog {
         &self.tools
     }
 
-    /// The tool with this qualified name.
+    /// The tool with this qualified name, or with this `server__tool` name when it is shown
+    /// bare (`prefix = "when-needed"`).
     pub fn get(&self, qualified: &str) -> Option<&ToolEntry> {
-        self.tools.get(*self.by_name.get(qualified)?)
+        self.tools.get(self.position(qualified)?)
+    }
+
+    /// Where the tool [`Catalog::get`] finds is in [`Catalog::tools`].
+    fn position(&self, name: &str) -> Option<usize> {
+        self.by_name
+            .get(name)
+            .or_else(|| self.aliases.get(name))
+            .copied()
     }
 
     /// Server names in the given order, including servers that currently have no tools.
@@ -505,7 +556,7 @@ impl Catalog {
         qualified: &str,
         arguments: Option<&Map<String, Value>>,
     ) -> Result<Validation, ArgumentErrors> {
-        let Some(&at) = self.by_name.get(qualified) else {
+        let Some(at) = self.position(qualified) else {
             return Ok(Validation::UnknownTool);
         };
         let (Some(tool), Some(slot)) = (self.tools.get(at), self.validators.get(at)) else {
@@ -1281,6 +1332,42 @@ mod tests {
         assert_eq!(a.total_token_cost(), sum);
         let echo = a.get("everything__echo").map(|t| t.token_cost);
         expect!["Some(39)"].assert_eq(&format!("{echo:?}"));
+    }
+
+    #[test]
+    fn when_needed_shows_unshared_names_bare_and_still_answers_their_prefixed_names() {
+        let rules = naming::Rules {
+            prefix: naming::Prefix::WhenNeeded,
+            reserved: &["add"],
+        };
+        let (catalog, problems) = Catalog::build_named(&fixture(), &IndexOptions::default(), rules);
+        assert!(problems.is_empty(), "{problems:?}");
+        let shown: Vec<String> = catalog
+            .tools()
+            .iter()
+            .map(|t| format!("{} {}", t.qualified, t.prefixed))
+            .collect();
+        expect![[r#"
+            echo everything__echo
+            everything__add everything__add
+            longRunningOperation everything__longRunningOperation
+            fs__read_file fs__read_file
+            write_file fs__write_file
+            move_file fs__move_file
+            delete_file fs__delete_file
+            search_repositories github__search_repositories
+            create_issue github__create_issue
+            github__read_file github__read_file"#]]
+        .assert_eq(&shown.join("\n"));
+        let by_alias = catalog
+            .get("everything__echo")
+            .map(|t| t.qualified.as_str());
+        assert_eq!(by_alias, Some("echo"));
+        assert!(catalog.get("read_file").is_none(), "two servers share it");
+        assert!(matches!(
+            catalog.validate_arguments("fs__write_file", Some(&Map::new())),
+            Ok(Validation::Valid)
+        ));
     }
 
     #[test]

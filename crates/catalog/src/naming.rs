@@ -9,6 +9,18 @@
 //! - Unique: the first registration keeps its name, later duplicates get `_2`, `_3`, ... and the
 //!   base is shortened to make room, so the result never exceeds [`MAX_LEN`].
 //!
+//! With [`Prefix::WhenNeeded`] (`[gateway] prefix = "when-needed"`) a name that no other server
+//! uses keeps its bare upstream form (`echo` rather than `everything__echo`), so a gateway in
+//! front of one server is transparent. A name stays bare only when it is already a valid
+//! qualified name ([`can_stay_bare`]: within [`MAX_LEN`], only `[A-Za-z0-9_.-]`, no `__`) and is
+//! neither *contested* (used by two or more servers: then every one of them is qualified) nor
+//! reserved by the caller (the gateway's meta-tools). Bare names contain no `__` and every
+//! qualified name does (server names are at most 32 characters, so even a shortened name keeps
+//! its separator), so the two kinds never meet and uniqueness holds. Every name also has its
+//! [`Assigned::prefixed`] form, the one `always` would give; the catalog accepts it as an alias.
+//! The price: a bare name changes to `server__name` when another server with the same name
+//! joins, so under `when-needed` names depend on the other servers.
+//!
 //! The hash is FNV-1a 64, written out here because `std`'s `DefaultHasher` is explicitly not
 //! stable across Rust releases, and a name that changes after a toolchain upgrade would break
 //! every client that remembered it.
@@ -57,33 +69,151 @@ pub fn is_allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
 }
 
+/// When names get their `server__` prefix (`[gateway] prefix`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Prefix {
+    /// Every name is `server__name`: stable whatever other servers come and go.
+    #[default]
+    Always,
+    /// Only names that two or more servers use (or that are reserved) are prefixed; the rest
+    /// keep their upstream name.
+    WhenNeeded,
+}
+
+/// How a [`Namer`] names things: the prefix mode, and the names that must never be handed out
+/// bare (the gateway's own meta-tools).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rules<'a> {
+    pub prefix: Prefix,
+    pub reserved: &'a [&'a str],
+}
+
+/// The names of one tool or prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assigned {
+    /// The name clients see.
+    pub name: String,
+    /// The `server__name` form [`Prefix::Always`] would give; equal to `name` unless `name`
+    /// is bare.
+    pub prefixed: String,
+}
+
+/// Whether `name` can be shown as it is under [`Prefix::WhenNeeded`]: it is a valid qualified
+/// name by itself and cannot be mistaken for a prefixed one.
+pub fn can_stay_bare(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_LEN
+        && name.chars().all(is_allowed)
+        && !name.contains(SEPARATOR)
+}
+
+/// The upstream names that more than one list uses, each list being one server's names (a
+/// name repeated within one list counts once).
+pub fn contested<'a, L, N>(lists: L) -> HashSet<String>
+where
+    L: IntoIterator<Item = N>,
+    N: IntoIterator<Item = &'a str>,
+{
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut contested = HashSet::new();
+    for list in lists {
+        let mine: HashSet<&str> = list.into_iter().collect();
+        for name in mine {
+            if !seen.insert(name) {
+                contested.insert(name.to_owned());
+            }
+        }
+    }
+    contested
+}
+
 /// Hands out unique qualified names in registration order.
 #[derive(Debug, Default)]
 pub struct Namer {
+    /// Names handed out (shown names).
     taken: HashSet<String>,
+    /// Under [`Prefix::WhenNeeded`]: the prefixed names handed out, and the names that may not
+    /// stay bare. `None` under [`Prefix::Always`], where both kinds coincide.
+    bare: Option<Bare>,
+}
+
+#[derive(Debug, Default)]
+struct Bare {
+    prefixed: HashSet<String>,
+    not_bare: HashSet<String>,
 }
 
 impl Namer {
+    /// A namer for [`Prefix::Always`].
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A namer under `rules`; `contested` are the names more than one server uses (see
+    /// [`contested`]), ignored under [`Prefix::Always`].
+    pub fn with_rules(rules: Rules<'_>, contested: HashSet<String>) -> Self {
+        match rules.prefix {
+            Prefix::Always => Self::new(),
+            Prefix::WhenNeeded => {
+                let mut not_bare = contested;
+                not_bare.extend(rules.reserved.iter().map(|name| (*name).to_owned()));
+                Self {
+                    taken: HashSet::new(),
+                    bare: Some(Bare {
+                        prefixed: HashSet::new(),
+                        not_bare,
+                    }),
+                }
+            }
+        }
+    }
+
     /// The qualified name for `tool` on `server`, unique among all names handed out so far.
     pub fn assign(&mut self, server: &str, tool: &str) -> String {
-        let base = qualify(server, tool);
-        if self.taken.insert(base.clone()) {
-            return base;
+        self.assign_both(server, tool).name
+    }
+
+    /// The shown and the prefixed name of `tool` on `server`.
+    pub fn assign_both(&mut self, server: &str, tool: &str) -> Assigned {
+        let Some(bare) = &mut self.bare else {
+            let name = unique(&mut self.taken, server, tool);
+            return Assigned {
+                prefixed: name.clone(),
+                name,
+            };
+        };
+        let prefixed = unique(&mut bare.prefixed, server, tool);
+        let name = if can_stay_bare(tool)
+            && !bare.not_bare.contains(tool)
+            && self.taken.insert(tool.to_owned())
+        {
+            tool.to_owned()
+        } else if self.taken.insert(prefixed.clone()) {
+            prefixed.clone()
+        } else {
+            // Unreachable while server names obey their rules (a bare name has no `__`); kept
+            // so that uniqueness never rests on a precondition.
+            unique(&mut self.taken, server, tool)
+        };
+        Assigned { name, prefixed }
+    }
+}
+
+/// `qualify(server, tool)`, or with the first `_n` suffix that makes it new to `taken`; added.
+fn unique(taken: &mut HashSet<String>, server: &str, tool: &str) -> String {
+    let base = qualify(server, tool);
+    if taken.insert(base.clone()) {
+        return base;
+    }
+    // The candidate can itself be taken by an earlier real name (`a`, `a_2`, `a`), so keep
+    // counting. Terminates: the set is finite and each `n` gives a different name.
+    let mut n: u64 = 2;
+    loop {
+        let candidate = qualify_with_suffix(server, tool, &format!("_{n}"));
+        if taken.insert(candidate.clone()) {
+            return candidate;
         }
-        // The candidate can itself be taken by an earlier real name (`a`, `a_2`, `a`), so keep
-        // counting. Terminates: the set is finite and each `n` gives a different name.
-        let mut n: u64 = 2;
-        loop {
-            let candidate = qualify_with_suffix(server, tool, &format!("_{n}"));
-            if self.taken.insert(candidate.clone()) {
-                return candidate;
-            }
-            n += 1;
-        }
+        n += 1;
     }
 }
 
@@ -266,6 +396,99 @@ mod tests {
         }
     }
 
+    /// Assign names under `prefix = "when-needed"` to `(server, tool)` pairs in order, with
+    /// `reserved` names, one line per pair: `server tool -> name (prefixed)`.
+    fn check_when_needed(pairs: &[(&str, &str)], reserved: &[&str], expect: Expect) {
+        let got = when_needed(pairs, reserved)
+            .iter()
+            .zip(pairs)
+            .map(|(a, (server, tool))| format!("{server} {tool:?} -> {} ({})", a.name, a.prefixed))
+            .collect::<Vec<_>>();
+        expect.assert_eq(&got.join("\n"));
+    }
+
+    fn when_needed(pairs: &[(&str, &str)], reserved: &[&str]) -> Vec<Assigned> {
+        let mut servers: Vec<&str> = Vec::new();
+        for (server, _) in pairs {
+            if !servers.contains(server) {
+                servers.push(server);
+            }
+        }
+        let lists = servers.iter().map(|server| {
+            pairs
+                .iter()
+                .filter(move |(s, _)| s == server)
+                .map(|(_, t)| *t)
+        });
+        let rules = Rules {
+            prefix: Prefix::WhenNeeded,
+            reserved,
+        };
+        let mut namer = Namer::with_rules(rules, contested(lists));
+        pairs
+            .iter()
+            .map(|(server, tool)| namer.assign_both(server, tool))
+            .collect()
+    }
+
+    #[test]
+    fn when_needed_keeps_unshared_names_bare_and_prefixes_every_shared_one() {
+        check_when_needed(
+            &[
+                ("everything", "echo"),
+                ("everything", "get-sum"),
+                ("time", "get_current_time"),
+                ("time", "echo"),
+                ("memory", "echo"),
+            ],
+            &[],
+            expect![[r#"
+                everything "echo" -> everything__echo (everything__echo)
+                everything "get-sum" -> get-sum (everything__get-sum)
+                time "get_current_time" -> get_current_time (time__get_current_time)
+                time "echo" -> time__echo (time__echo)
+                memory "echo" -> memory__echo (memory__echo)"#]],
+        );
+    }
+
+    #[test]
+    fn when_needed_prefixes_names_that_are_not_valid_or_look_prefixed_or_are_reserved() {
+        let long = "x".repeat(65);
+        check_when_needed(
+            &[
+                ("s", "read file"),
+                ("s", "a__b"),
+                ("s", ""),
+                ("s", &long),
+                ("s", "call_tool"),
+                ("s", "ok.v1-x_y"),
+            ],
+            &["call_tool"],
+            expect![[r#"
+                s "read file" -> s__read_file (s__read_file)
+                s "a__b" -> s__a__b (s__a__b)
+                s "" -> s___ (s___)
+                s "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" -> s__xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_040acb7f (s__xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_040acb7f)
+                s "call_tool" -> s__call_tool (s__call_tool)
+                s "ok.v1-x_y" -> ok.v1-x_y (s__ok.v1-x_y)"#]],
+        );
+    }
+
+    #[test]
+    fn when_needed_names_do_not_depend_on_server_order() {
+        let a = when_needed(&[("a", "x"), ("a", "y"), ("b", "y"), ("b", "z")], &[]);
+        let b = when_needed(&[("b", "y"), ("b", "z"), ("a", "x"), ("a", "y")], &[]);
+        let names = |assigned: &[Assigned]| -> BTreeMap<String, String> {
+            assigned
+                .iter()
+                .map(|a| (a.prefixed.clone(), a.name.clone()))
+                .collect()
+        };
+        assert_eq!(names(&a), names(&b));
+        assert_eq!(names(&a)["a__y"], "a__y");
+        assert_eq!(names(&a)["a__x"], "x");
+    }
+
     fn server_name() -> impl Strategy<Value = String> {
         // Valid configured server names: [A-Za-z0-9_-], no "__".
         "[A-Za-z0-9-]{1,12}(_[A-Za-z0-9-]{1,12}){0,3}"
@@ -293,6 +516,27 @@ mod tests {
                 prop_assert!(name.chars().all(is_allowed), "bad char: {name}");
             }
             prop_assert_eq!(&names, &assign_all(&pairs));
+        }
+
+        #[test]
+        fn when_needed_names_are_unique_short_allowed_and_prefixed_names_match_always(
+            pairs in prop::collection::vec((server_name(), tool_name()), 0..40),
+        ) {
+            // Duplicates within one server are dropped before naming, as the catalog does.
+            let mut seen = HashSet::new();
+            let pairs: Vec<(String, String)> =
+                pairs.into_iter().filter(|p| seen.insert(p.clone())).collect();
+            let borrowed: Vec<(&str, &str)> =
+                pairs.iter().map(|(s, t)| (s.as_str(), t.as_str())).collect();
+            let assigned = when_needed(&borrowed, &[]);
+            let unique: HashSet<&String> = assigned.iter().map(|a| &a.name).collect();
+            prop_assert_eq!(unique.len(), assigned.len());
+            for a in &assigned {
+                prop_assert!(a.name.len() <= MAX_LEN, "too long: {}", a.name);
+                prop_assert!(a.name.chars().all(is_allowed), "bad char: {}", a.name);
+            }
+            let prefixed: Vec<String> = assigned.iter().map(|a| a.prefixed.clone()).collect();
+            prop_assert_eq!(prefixed, assign_all(&pairs));
         }
 
         #[test]

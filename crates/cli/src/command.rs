@@ -35,9 +35,6 @@ async fn start_gateway(gateway: Arc<Gateway>) -> Arc<Gateway> {
     gateway
 }
 
-/// How long `serve` waits for the tool embeddings before it starts serving without them.
-const EMBEDDING_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
 pub(crate) async fn serve(
     config_path: Option<&Path>,
     stdio: bool,
@@ -81,18 +78,9 @@ pub(crate) async fn serve(
             ),
         }
     }
+    // Serve at once: the first search waits a little for the tool embeddings (see
+    // `Gateway::search`), while the handshake must not.
     tracing::info!(tools = gateway.catalog().tools().len(), "catalog ready");
-    // A small or cached catalog is embedded within moments: serve with vectors from the first
-    // search. Thousands of new tools take minutes: serve BM25 meanwhile rather than nothing.
-    if tokio::time::timeout(EMBEDDING_WAIT, gateway.embedded())
-        .await
-        .is_err()
-    {
-        tracing::info!(
-            waited_s = EMBEDDING_WAIT.as_secs(),
-            "tool embeddings still running; serving BM25 search until they are ready"
-        );
-    }
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     let served = match (listener, access) {

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use crate::{ClientAuth, ConfigError, Exposure, Strategy};
+use crate::{ClientAuth, ConfigError, Exposure, Prefix, Strategy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,6 +46,7 @@ pub(crate) struct GatewayFile {
     /// A string rather than `SocketAddr` so a bad address is a located problem with a hint.
     pub listen: Option<String>,
     pub exposure: Option<Exposure>,
+    pub prefix: Option<Prefix>,
     pub token_budget: Option<i64>,
     pub pinned: Option<Vec<String>>,
     pub client_auth: Option<ClientAuth>,
@@ -109,6 +110,8 @@ pub(crate) struct ServerFile {
     pub description: Option<String>,
     /// Signed so that `-1` is reported as out of range rather than as a type error.
     pub timeout_s: Option<i64>,
+    /// Seconds between background re-listings; `0` turns them off.
+    pub refresh_s: Option<i64>,
     pub enabled: Option<bool>,
     pub transport: Option<TransportFile>,
     pub auth: Option<AuthFile>,
@@ -283,7 +286,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
+                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
             ],
         );
     }
@@ -293,7 +296,7 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `refresh_s`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
             ],
         );
     }

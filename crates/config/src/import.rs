@@ -262,6 +262,7 @@ impl Mapper {
             name: Some(name),
             description: e.description,
             timeout_s: None,
+            refresh_s: None,
             enabled: e.disabled.then_some(false),
             transport: Some(transport),
             auth,

@@ -83,6 +83,8 @@ pub struct GatewayConfig {
     pub jwt: Option<JwtConfig>,
     pub listen: SocketAddr,
     pub exposure: Exposure,
+    /// When tool and prompt names get their `server__` prefix.
+    pub prefix: Prefix,
     /// Exposure `auto`: the most tokens a passthrough `tools/list` may cost (cl100k_base).
     pub token_budget: usize,
     /// Tools listed beside the meta-tools when search exposure applies (qualified names).
@@ -102,6 +104,7 @@ impl Default for GatewayConfig {
         GatewayConfig {
             listen: DEFAULT_LISTEN,
             exposure: Exposure::default(),
+            prefix: Prefix::default(),
             token_budget: DEFAULT_TOKEN_BUDGET,
             pinned: Vec::new(),
             client_auth: ClientAuth::default(),
@@ -143,6 +146,19 @@ pub const DEFAULT_TOKEN_BUDGET: usize = 10_000;
 
 /// How many of the most used tools `auto` pins when no `pinned` list is configured.
 pub const DEFAULT_AUTO_PINNED: usize = 3;
+
+/// `[gateway] prefix`: when tool and prompt names are qualified with their server's name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prefix {
+    /// Every name is `server__name`, and every resource URI `mcpgw://server/...`: names stay
+    /// the same whatever other servers come and go.
+    #[default]
+    Always,
+    /// A name no other server uses keeps its upstream form; with a single server, resource
+    /// URIs pass through unchanged too. Fronts one server transparently.
+    WhenNeeded,
+}
 
 /// `[retrieval]`: how `search_tools` ranks.
 #[derive(Debug, Clone, PartialEq)]

@@ -115,7 +115,8 @@ pub struct Profile {
 
 impl Profile {
     /// Whether a tool of `server` named `qualified`, with these annotation hints, is in this
-    /// profile. `read_only_hint`/`destructive_hint` are the explicit annotation values.
+    /// profile. `read_only_hint`/`destructive_hint` are the explicit annotation values. A tool
+    /// shown bare (`prefix = "when-needed"`) is matched by its `server__tool` name too.
     pub fn permits(
         &self,
         server: &str,
@@ -123,12 +124,22 @@ impl Profile {
         read_only_hint: Option<bool>,
         destructive_hint: Option<bool>,
     ) -> bool {
+        let prefixed = prefixed(server, qualified);
+        let named =
+            |p: &Pattern| p.matches(qualified) || prefixed.as_deref().is_some_and(|n| p.matches(n));
         (self.servers.is_empty() || self.servers.iter().any(|p| p.matches(server)))
-            && (self.allow.is_empty() || self.allow.iter().any(|p| p.matches(qualified)))
-            && !self.deny.iter().any(|p| p.matches(qualified))
+            && (self.allow.is_empty() || self.allow.iter().any(named))
+            && !self.deny.iter().any(named)
             && (!self.read_only || read_only_hint == Some(true))
             && (self.destructive || destructive_hint != Some(true) || read_only_hint == Some(true))
     }
+}
+
+/// The `server__tool` name of a tool shown bare under `prefix = "when-needed"` (a qualified name
+/// without `__`); `None` for one shown prefixed. Policy patterns written for the prefixed name
+/// keep applying when the gateway shows the bare one.
+fn prefixed(server: &str, qualified: &str) -> Option<String> {
+    (!qualified.contains("__")).then(|| format!("{server}__{qualified}"))
 }
 
 /// What an approval rule decides.
@@ -175,11 +186,29 @@ impl ApprovalConfig {
     /// member as the upstream sent it (`None` when absent). Fail closed: annotations that are
     /// not an object, or a `destructiveHint` that is not a boolean, need approval.
     pub fn requires(&self, qualified: &str, annotations: Option<&serde_json::Value>) -> bool {
-        if let Some(rule) = self
-            .rules
-            .iter()
-            .find(|rule| rule.tools.iter().any(|p| p.matches(qualified)))
-        {
+        self.requires_names(&[qualified], annotations)
+    }
+
+    /// [`ApprovalConfig::requires`] for a tool of `server`: a tool shown bare (`prefix =
+    /// "when-needed"`) is matched by its `server__tool` name too.
+    pub fn requires_tool(
+        &self,
+        server: &str,
+        qualified: &str,
+        annotations: Option<&serde_json::Value>,
+    ) -> bool {
+        match prefixed(server, qualified) {
+            Some(prefixed) => self.requires_names(&[qualified, &prefixed], annotations),
+            None => self.requires_names(&[qualified], annotations),
+        }
+    }
+
+    fn requires_names(&self, names: &[&str], annotations: Option<&serde_json::Value>) -> bool {
+        if let Some(rule) = self.rules.iter().find(|rule| {
+            rule.tools
+                .iter()
+                .any(|p| names.iter().any(|n| p.matches(n)))
+        }) {
             return rule.action == ApprovalAction::Require;
         }
         let destructive = match annotations {
@@ -665,6 +694,26 @@ mod tests {
         p.destructive = false;
         assert!(!p.permits("fs", "fs__rm", None, Some(true)));
         assert!(p.permits("fs", "fs__rm", None, None));
+    }
+
+    #[test]
+    fn bare_names_are_matched_by_their_prefixed_form_too() {
+        let mut p = profile();
+        p.allow = vec![Pattern::new("fs__*")];
+        p.deny = vec![Pattern::new("fs__write*")];
+        assert!(p.permits("fs", "read_file", None, None));
+        assert!(!p.permits("fs", "write_file", None, None));
+        assert!(!p.permits("git", "log", None, None));
+        let config = ApprovalConfig {
+            rules: vec![ApprovalRule {
+                tools: vec![Pattern::new("git__push")],
+                action: ApprovalAction::Require,
+            }],
+            ..ApprovalConfig::default()
+        };
+        assert!(config.requires_tool("git", "push", None));
+        assert!(config.requires_tool("git", "git__push", None));
+        assert!(!config.requires_tool("other", "push", None));
     }
 
     #[test]

@@ -142,6 +142,9 @@ pub struct ServerConfig {
     pub enabled: bool,
     /// Per-request timeout, 1..=300 s, default 30 s.
     pub timeout: Duration,
+    /// How often the tool list is fetched again in the background, for servers that never
+    /// announce changes; `None` (`refresh_s = 0`) never. Default one hour.
+    pub refresh: Option<Duration>,
     pub transport: Transport,
     /// Always [`Auth::None`] for stdio servers, which get credentials through `env`.
     pub auth: Auth,

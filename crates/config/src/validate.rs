@@ -26,6 +26,10 @@ use crate::{
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
 pub(crate) const MAX_TIMEOUT_S: u64 = 300;
+/// Background re-listing of a server's tools: every hour unless configured; `0` is off.
+pub(crate) const DEFAULT_REFRESH_S: u64 = 3600;
+pub(crate) const MIN_REFRESH_S: u64 = 10;
+pub(crate) const MAX_REFRESH_S: u64 = 7 * 24 * 3600;
 
 /// Whether a plain value under a secret-looking name is a problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,6 +336,7 @@ impl Validator {
         GatewayConfig {
             listen,
             exposure: file.exposure.unwrap_or(default.exposure),
+            prefix: file.prefix.unwrap_or(default.prefix),
             token_budget: match file.token_budget {
                 None => default.token_budget,
                 Some(n @ 0..=10_000_000) => n as usize,
@@ -402,6 +407,26 @@ impl Validator {
             }
         };
 
+        let refresh_s = server.refresh_s.unwrap_or(DEFAULT_REFRESH_S as i64);
+        let refresh = match u64::try_from(refresh_s) {
+            Ok(0) => Some(None),
+            Ok(secs @ MIN_REFRESH_S..=MAX_REFRESH_S) => Some(Some(Duration::from_secs(secs))),
+            _ => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.refresh_s"),
+                        format!(
+                            "refresh_s must be 0 (off) or between {MIN_REFRESH_S} and {MAX_REFRESH_S} seconds, got {refresh_s}"
+                        ),
+                    )
+                    .hint(format!(
+                        "leave it out for the default of {DEFAULT_REFRESH_S} (an hour)"
+                    )),
+                );
+                None
+            }
+        };
+
         let label = name
             .as_ref()
             .map_or("SERVER", ServerName::as_str)
@@ -446,6 +471,7 @@ impl Validator {
             description: server.description,
             enabled: server.enabled.unwrap_or(true),
             timeout: timeout?,
+            refresh: refresh?,
             transport: transport?,
             auth,
             allow_private_network: server.allow_private_network.unwrap_or(false),
@@ -1146,6 +1172,26 @@ strategy = "bm25"
         );
     }
 
+    #[test]
+    fn refresh_defaults_to_an_hour_and_zero_turns_it_off() {
+        let refresh = |line: &str| {
+            let text = format!(
+                "[[servers]]\nname = \"a\"\n{line}\ntransport = {{ type = \"stdio\", command = \"x\" }}\n"
+            );
+            match parse_toml(&text, Path::new("mcpgw.toml")) {
+                Ok(config) => format!("{:?}", config.servers[0].refresh),
+                Err(err) => err.to_string(),
+            }
+        };
+        assert_eq!(refresh(""), "Some(3600s)");
+        assert_eq!(refresh("refresh_s = 0"), "None");
+        assert_eq!(refresh("refresh_s = 90"), "Some(90s)");
+        assert_eq!(
+            refresh("refresh_s = 5"),
+            "invalid configuration (1 problem):\n  servers[0].refresh_s: refresh_s must be 0 (off) or between 10 and 604800 seconds, got 5 (hint: leave it out for the default of 3600 (an hour))"
+        );
+    }
+
     fn retrieval_summary(text: &str) -> String {
         match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
             Ok(config) => format!(
@@ -1228,6 +1274,25 @@ strategy = "bm25"
         );
         let bad = parse("[gateway]\nclient_auth = \"jwt\"\n").expect_err("unknown mode");
         assert!(bad.contains("unknown variant `jwt`"), "{bad}");
+    }
+
+    #[test]
+    fn prefix_defaults_to_always() {
+        let parse = |text: &str| {
+            parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml"))
+                .map(|c| c.gateway.prefix)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(""), Ok(crate::Prefix::Always));
+        assert_eq!(
+            parse("[gateway]\nprefix = \"when-needed\"\n"),
+            Ok(crate::Prefix::WhenNeeded)
+        );
+        let bad = parse("[gateway]\nprefix = \"never\"\n").expect_err("unknown mode");
+        assert!(
+            bad.contains("unknown variant `never`, expected `always` or `when-needed`"),
+            "{bad}"
+        );
     }
 
     #[test]

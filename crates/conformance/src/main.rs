@@ -4,8 +4,9 @@
 //! The harness starts a fake MCP server (and authorization server) per scenario and runs this
 //! binary with the server URL as its last argument, the scenario in `MCP_CONFORMANCE_SCENARIO`
 //! and, for some scenarios, `MCP_CONFORMANCE_CONTEXT` (JSON; `auth/pre-registration` puts the
-//! pre-registered client's id and secret there). The client does the same thing whatever the
-//! scenario, through mcpgw's own code: it connects as mcpgw does (the era probe with a legacy
+//! pre-registered client's id and secret there). For the authorization scenarios (`auth/*`) the
+//! client does the same thing whatever the scenario, through mcpgw's own code: it connects as
+//! mcpgw does (the era probe with a legacy
 //! fallback, Streamable HTTP over [`upstream::oauth::AuthorizedClient`]), lists the tools, calls
 //! each once and exits 0. When the server wants authorization (a 401, or a 403
 //! `insufficient_scope`) it logs in with [`upstream::oauth::start_login`] and
@@ -13,13 +14,17 @@
 //! URL without following redirects and passes the `Location` it is sent to as the callback. It
 //! logs in at most [`MAX_LOGINS`] times, then gives up.
 //!
-//! The scenario name is only logged: the client has no per-scenario behaviour.
+//! Every other scenario runs through [`plain`]: mcpgw's upstream code itself ([`upstream::Upstreams`], the era probe, tool calls
+//! with what the server asks answered as the client behind the gateway would). Beyond that
+//! split the scenario name is only logged: the client has no per-scenario behaviour.
 //!
 //! Network policy: the harness runs its servers on this machine (`localhost`, loopback), which
 //! mcpgw's SSRF guard refuses unless named, so the client runs under [`NETWORK_ALLOW`], as a
 //! gateway configured with `[network] allow = ["localhost", "127.0.0.1", "::1"]` would. Every
 //! request, the browser's included, still goes through a guarded client: the scenarios meet
 //! the same checks (and refusals) as the gateway, only with loopback allowed.
+
+mod plain;
 
 use std::{process::ExitCode, sync::Arc, time::Duration};
 
@@ -100,7 +105,19 @@ async fn main() -> ExitCode {
     };
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
     tracing::info!(%scenario, %url, "starting");
-    match run(&url).await {
+    let outcome = if scenario.starts_with("auth/") {
+        run(&url).await
+    } else {
+        let context = match std::env::var("MCP_CONFORMANCE_CONTEXT") {
+            Ok(raw) => serde_json::from_str(&raw).context("MCP_CONFORMANCE_CONTEXT is not JSON"),
+            Err(_) => Ok(plain::Context::default()),
+        };
+        match context {
+            Ok(context) => plain::run(&url, context).await,
+            Err(error) => Err(error),
+        }
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");

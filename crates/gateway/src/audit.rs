@@ -219,6 +219,7 @@ pub fn upstream_error_summary(error: &UpstreamError) -> String {
             format!("no answer within {}", seconds(*after))
         }
         UpstreamError::Closed { .. } => "the connection was lost".to_owned(),
+        UpstreamError::Cancelled { .. } => "cancelled".to_owned(),
         UpstreamError::Rpc { code, .. } => format!("the server returned error {code}"),
         UpstreamError::Protocol { .. } => {
             "the server's answer is not a valid MCP result".to_owned()

@@ -6,7 +6,9 @@
 //!   an object) is a JSON-RPC `-32602 invalid params` error with a message saying what to fix;
 //! - anything that went wrong while running a tool (upstream down, upstream error, bad meta-tool
 //!   input) is a tool result with `isError: true`, because that is what the model can read and
-//!   act on.
+//!   act on;
+//! - resources, prompts and completions map theirs in `surface::requests` (JSON-RPC errors
+//!   only: there is no result a model could read instead).
 //!
 //! A call that reaches an OAuth server without a usable token hands the user a sign-in, in the
 //! best way the client supports ([`Handoff`]): a URL-mode elicitation, after which the call
@@ -14,6 +16,10 @@
 //! result carrying that elicitation, answered by a retry (2026-07-28 clients that declared it);
 //! else a tool error with a link. The `-32042` URL-elicitation-required error is not used: a
 //! tool error reaches every client, and 2026-07-28 forbids that code.
+//!
+//! A call's progress, its cancellation and what its upstream asks of the user travel through
+//! [`relay`]; list changes reach legacy sessions (from `on_initialized`) and 2026-07-28
+//! `subscriptions/listen` streams through `changes`.
 
 use std::{
     collections::BTreeMap,
@@ -24,12 +30,12 @@ use std::{
 use rmcp::{
     ErrorData as McpError, Peer, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequest,
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequest,
         ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
         InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-        ServerCapabilities, ServerConfig, Tool,
+        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
     },
-    service::RequestContext,
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -40,7 +46,7 @@ use crate::{
     approval::{self, Answer, DecisionError},
     meta,
     oauth::login::{self, Logins, Waited},
-    result,
+    relay, result,
 };
 
 /// One front-end handler; cheap to clone, one per HTTP session or stdio connection.
@@ -166,6 +172,9 @@ struct Call<'a> {
     handoff: Handoff,
     ask: Asker,
     ct: CancellationToken,
+    /// The client as the upstream call reaches it: progress, cancellation, what the upstream
+    /// asks (see [`relay`]).
+    caller: relay::Caller,
     /// The arguments a human approved, once approved: a re-attempt (after a sign-in) runs
     /// these without asking again.
     approved: Mutex<Option<Map<String, Value>>>,
@@ -434,8 +443,17 @@ impl Front {
             ))));
         }
         drop(catalog);
-        match server.call_tool(&upstream_name, arguments).await {
-            Ok(response) => {
+        let relayed = relay::call(
+            &self.gateway,
+            &server,
+            &upstream_name,
+            arguments,
+            &call.caller,
+            &call.audit,
+        )
+        .await;
+        match relayed {
+            relay::Relayed::Done(Ok(response)) => {
                 let result = result::from_upstream(
                     &server_name,
                     response,
@@ -444,11 +462,16 @@ impl Front {
                 call.note(|r| r.answered(&result));
                 Ok(Attempt::Done(result))
             }
-            Err(error) if needs_sign_in(&server, &error) => {
+            relay::Relayed::Input(input) => Ok(Attempt::Input(input)),
+            relay::Relayed::Result(result) => {
+                call.note(|r| r.answered(&result));
+                Ok(Attempt::Done(result))
+            }
+            relay::Relayed::Done(Err(error)) if needs_sign_in(&server, &error) => {
                 tracing::info!(server = %server_name, tool = %upstream_name, "tool call needs a sign-in");
                 Ok(Attempt::SignIn { server, error })
             }
-            Err(error) => {
+            relay::Relayed::Done(Err(error)) => {
                 tracing::warn!(server = %server_name, tool = %upstream_name, %error, "tool call failed");
                 call.note(|r| r.upstream_failed(&error));
                 Ok(Attempt::Done(result::upstream_failure(&error)))
@@ -648,6 +671,15 @@ impl Front {
                     Err(error) => return complete(error),
                 };
                 search.filter.tools = access.allowed_tools();
+                let include = match meta::parse_include(&arguments) {
+                    Ok(include) => include,
+                    Err(error) => return complete(error),
+                };
+                if include.resources || include.prompts {
+                    let found =
+                        crate::surface::search(&self.gateway, access, &known, &search, include);
+                    return complete(found.await);
+                }
                 let found = self.gateway.search(&search).await;
                 complete(meta::render_search(&known, &search, &found))
             }
@@ -720,7 +752,11 @@ impl Front {
             return Gate::Proceed(Some(approved));
         }
         let policy = &self.gateway.config().policy.approval;
-        if !policy.requires(&target.qualified, target.annotations.as_ref()) {
+        if !policy.requires_tool(
+            &target.server,
+            &target.qualified,
+            target.annotations.as_ref(),
+        ) {
             return Gate::Proceed(arguments);
         }
         let tool = &target.qualified;
@@ -1068,12 +1104,29 @@ fn unreachable_meta(name: &str) -> Result<CallToolResponse, McpError> {
     ))
 }
 
+/// How long a 2026-07-28 client may reuse a `tools/list` result (`ttlMs`). Clients that listen
+/// hear of changes at once; the others list again within a minute.
+const LIST_TTL_MS: u64 = 60_000;
+
+/// The `tools/list` `principal` gets now, for the change fingerprints of `changes`.
+pub(crate) fn listed_tools(gateway: &Arc<Gateway>, principal: Principal) -> Vec<Tool> {
+    let front = Front::new(gateway.clone(), Arc::new(Logins::without_listener()));
+    front.visible_tools(&gateway.access(principal))
+}
+
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
-        // `listChanged` is not advertised yet: relaying catalog changes to connected clients
-        // arrives with the change-notification work. In search mode the list never changes.
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
+        // `listChanged`: legacy sessions get `notifications/tools/list_changed`, 2026-07-28
+        // clients the same through `subscriptions/listen` (see `changes`), when what they list
+        // differs.
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
+        crate::surface::requests::declare(&mut info.capabilities);
         // Profiles may give a client passthrough; the instructions speak of the meta-tools,
         // which most clients see.
         if self.gateway.config().gateway.exposure != config::Exposure::Passthrough {
@@ -1085,13 +1138,70 @@ impl ServerHandler for Front {
         info
     }
 
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        crate::surface::requests::list_resources(&self.gateway, request, &context)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        crate::surface::requests::list_resource_templates(&self.gateway, request, &context)
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        crate::surface::requests::read_resource(&self.gateway, request, &context).await
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        crate::surface::requests::list_prompts(&self.gateway, request, &context)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        crate::surface::requests::get_prompt(&self.gateway, request, &context).await
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        crate::surface::requests::complete(&self.gateway, request, &context).await
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let access = self.gateway.access(Principal::of(&context.extensions));
-        Ok(ListToolsResult::with_all_items(self.visible_tools(&access)))
+        let mut listed = ListToolsResult::with_all_items(self.visible_tools(&access));
+        if context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+        {
+            // The list depends on the caller's profile; listeners hear of changes at once.
+            listed.cache_scope = Some(CacheScope::Private);
+            listed.ttl_ms = Some(LIST_TTL_MS);
+        }
+        Ok(listed)
     }
 
     async fn call_tool(
@@ -1099,8 +1209,10 @@ impl ServerHandler for Front {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let principal = Principal::of(&context.extensions);
         let call = Call {
-            access: self.gateway.access(Principal::of(&context.extensions)),
+            caller: relay::Caller::of(&request, &context, &principal),
+            access: self.gateway.access(principal),
             handoff: Handoff::of(&request, &context),
             ask: Asker::of(&request, &context),
             ct: context.ct.clone(),
@@ -1135,6 +1247,14 @@ impl ServerHandler for Front {
                 retry_after,
             )));
         }
+        // The retry of a call parked while its upstream waits for this client's answer.
+        if let Some(parked) = request
+            .request_state
+            .as_deref()
+            .and_then(|state| state.strip_prefix(relay::RELAY_STATE_PREFIX))
+        {
+            return relay::resume(&self.gateway, parked, &call.caller).await;
+        }
         let is_meta = matches!(
             name,
             meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS | meta::CALL_TOOL
@@ -1147,5 +1267,42 @@ impl ServerHandler for Front {
             // name from get_tool_details may call it as a normal tool.
             self.call_catalog(name, request.arguments, &call).await
         }
+    }
+
+    /// A legacy session starts listening for list changes (see `changes`).
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let principal = Principal::of(&context.extensions);
+        self.gateway
+            .listeners
+            .add_session(&self.gateway, context.peer, principal);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp narrows this to what was asked for and what `get_info` advertises.
+        Some(
+            SubscriptionFilter::builder()
+                .tools_list_changed()
+                .resources_list_changed()
+                .prompts_list_changed()
+                .build(),
+        )
+    }
+
+    /// A 2026-07-28 `subscriptions/listen` stream: list changes until the client closes it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let principal = Principal::of(&context.request_context().extensions);
+        let tools = context.accepted().tools_list_changed == Some(true);
+        let id = self.gateway.listeners.add_subscription(
+            &self.gateway,
+            context.sink().clone(),
+            principal,
+            tools,
+        );
+        context.cancelled().await;
+        self.gateway.listeners.remove(id);
+        Ok(())
     }
 }

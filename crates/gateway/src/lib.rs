@@ -2,18 +2,25 @@
 //!
 //! [`Gateway`] owns the [`upstream::Upstreams`] and the current [`catalog::Catalog`] snapshot.
 //! The snapshot is rebuilt (never mutated) whenever a server's tool list changes, and swapped in
-//! atomically, so a search or call always sees one consistent catalog.
+//! atomically, so a search or call always sees one consistent catalog. Every upstream's resources,
+//! templates and prompts are kept the same way, in a [`surface`] snapshot rebuilt with it.
 //!
 //! Architecture invariants:
 //! - The front end never blocks on a slow upstream except for a call to that upstream, bounded
 //!   by its timeout.
-//! - Upstream text is marked as data before it reaches a client.
+//! - Upstream tool output is marked as data before it reaches a client (resource contents and
+//!   prompts are not: the client or user chose them, and a marker would corrupt them).
 //! - Errors crossing the MCP edge go through [`front`]'s single mapping; internals never leak.
+//! - A client hears of a tool-list change (`changes`) only after the catalog that shows it is
+//!   published, and only when its own `tools/list` would differ.
+//! - What an upstream asks of the user during a call reaches only the client that made the call
+//!   (`relay`); a call a client cancels is cancelled upstream.
 
 pub mod access;
 mod admin;
 mod approval;
 mod audit;
+mod changes;
 mod client_auth;
 mod front;
 mod jwt;
@@ -21,9 +28,11 @@ mod limits;
 mod meta;
 pub mod oauth;
 mod pinning;
+mod relay;
 mod result;
 mod semantic;
 mod serve;
+mod surface;
 
 use std::{
     collections::HashMap,
@@ -45,10 +54,15 @@ pub use pinning::{ApproveError, HeldTool, held_json};
 pub use semantic::Semantic;
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};
 use tokio::sync::mpsc;
-use upstream::{ToolsChanged, Upstreams};
+use upstream::{ListKind, ToolsChanged, Upstreams};
 
 /// Longest a search waits for its query to be embedded before answering with BM25 alone.
 const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest the first vector or hybrid search waits for the tool embeddings being computed: a
+/// small or cached catalog is embedded within moments, so its first search has vectors;
+/// thousands of new tools take minutes, and BM25 serves meanwhile. Waiting here rather than
+/// before serving lets a stdio client's handshake be answered at once.
+const FIRST_SEARCH_WAIT: Duration = Duration::from_secs(10);
 
 pub struct Gateway {
     config: config::Config,
@@ -79,6 +93,15 @@ pub struct Gateway {
     profile_sets: access::ProfileSets,
     /// Calls in this process waiting for an approval decision.
     approval_waiters: approval::Waiters,
+    /// Connected clients to tell about list changes.
+    listeners: changes::Listeners,
+    /// Upstream calls waiting for a 2026-07-28 client's answer to what the upstream asked.
+    parked: relay::Parked,
+    /// Whether a search already waited for the tool embeddings ([`FIRST_SEARCH_WAIT`]).
+    first_search_waited: std::sync::atomic::AtomicBool,
+    /// Every upstream's resources, templates and prompts as clients see them; rebuilt with the
+    /// catalog and when a server's lists change.
+    surface: RwLock<Arc<surface::Surface>>,
 }
 
 /// One `search_tools` call, as the front end and the CLI describe it.
@@ -133,6 +156,7 @@ impl Gateway {
         let oauth = store.clone().map(oauth::StoreOAuth::per_principal);
         let network = Arc::new(config.network.policy());
         let upstreams = Upstreams::new(&config, &network, changes_tx, oauth);
+        let (listeners, announcements) = changes::Listeners::new();
         let gateway = Arc::new(Self {
             config,
             store,
@@ -148,9 +172,14 @@ impl Gateway {
             audit_writes: tokio_util::task::TaskTracker::new(),
             profile_sets: access::ProfileSets::default(),
             approval_waiters: approval::Waiters::default(),
+            listeners,
+            parked: relay::Parked::default(),
+            first_search_waited: std::sync::atomic::AtomicBool::new(false),
+            surface: RwLock::new(Arc::new(surface::Surface::default())),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
+        tokio::spawn(changes::deliver(Arc::downgrade(&gateway), announcements));
         gateway
     }
 
@@ -175,6 +204,7 @@ impl Gateway {
         let _ = lexical.await;
         tokio::spawn(retry_failed(Arc::downgrade(self)));
         tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
+        tokio::spawn(refresh_periodically(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
     }
 
@@ -192,13 +222,21 @@ impl Gateway {
     /// Runs one search with the configured strategy. Vector and hybrid searches embed the
     /// queries first; when that is impossible or fails, BM25 answers and `degraded` says why.
     pub async fn search(&self, search: &Search) -> Found {
-        let catalog = self.catalog();
+        let mut catalog = self.catalog();
         let retrieval = &self.config.retrieval;
         let strategy = match retrieval.strategy {
             config::Strategy::Bm25 => catalog::Strategy::Bm25,
             config::Strategy::Vector => catalog::Strategy::Vector,
             config::Strategy::Hybrid => catalog::Strategy::Hybrid,
         };
+        if strategy.needs_vectors()
+            && let Some(semantic) = self.semantic()
+            && catalog.vector_model() != Some(semantic.model_id())
+            && !self.first_search_waited.swap(true, Ordering::SeqCst)
+        {
+            let _ = tokio::time::timeout(FIRST_SEARCH_WAIT, self.embedded()).await;
+            catalog = self.catalog();
+        }
         let mut degraded = None;
         let mut query_vectors = None;
         if strategy.needs_vectors() {
@@ -283,6 +321,40 @@ impl Gateway {
     }
 
     /// The global network policy (`[network] allow`).
+    /// The current resources, templates and prompts.
+    pub(crate) fn surface(&self) -> Arc<surface::Surface> {
+        self.surface
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Rebuilds [`Gateway::surface`] from every server's last good lists.
+    fn rebuild_surface(&self) {
+        let lists: Vec<surface::ServerLists> = self
+            .upstreams
+            .servers()
+            .iter()
+            .map(|server| surface::ServerLists {
+                server: server.name().to_owned(),
+                lists: self.upstreams.latest_lists(server.name()),
+            })
+            .collect();
+        let rebuilt = surface::Surface::build(&lists, self.naming_prefix());
+        *self
+            .surface
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(rebuilt);
+    }
+
+    /// `[gateway] prefix` as the catalog's naming knows it.
+    fn naming_prefix(&self) -> catalog::naming::Prefix {
+        match self.config.gateway.prefix {
+            config::Prefix::Always => catalog::naming::Prefix::Always,
+            config::Prefix::WhenNeeded => catalog::naming::Prefix::WhenNeeded,
+        }
+    }
+
     pub(crate) fn network(&self) -> &Arc<netguard::Policy> {
         &self.network
     }
@@ -326,6 +398,9 @@ impl Gateway {
         let catalog = self.build_catalog().await;
         let semantic = self.semantic().cloned();
         self.publish(generation, catalog.clone());
+        self.rebuild_surface();
+        // Clients hear of a change only once a re-listing would show it.
+        self.listeners.changed(ListKind::Tools);
         if let Some(published) = published {
             let _ = published.send(());
         }
@@ -369,7 +444,14 @@ impl Gateway {
             })
             .collect();
         let lists = pinning::check(self, lists).await;
-        let (catalog, problems) = Catalog::build(&lists);
+        // Under `prefix = "when-needed"` an upstream tool named like a meta-tool keeps its
+        // prefix: a bare one would be shadowed in search mode.
+        let rules = catalog::naming::Rules {
+            prefix: self.naming_prefix(),
+            reserved: &[meta::SEARCH_TOOLS, meta::GET_TOOL_DETAILS, meta::CALL_TOOL],
+        };
+        let (catalog, problems) =
+            Catalog::build_named(&lists, &catalog::IndexOptions::default(), rules);
         for problem in problems {
             tracing::warn!(?problem, "skipped an upstream tool");
         }
@@ -473,22 +555,52 @@ pub fn store_path(config: &config::StoreConfig) -> std::path::PathBuf {
         .unwrap_or_else(store::Store::default_path)
 }
 
+/// How long a server's change notice waits for others before the lists are fetched again.
+const UPSTREAM_CHANGES_WINDOW: Duration = Duration::from_millis(100);
+
 async fn watch_changes(
     gateway: std::sync::Weak<Gateway>,
     mut changes: mpsc::UnboundedReceiver<ToolsChanged>,
 ) {
     while let Some(first) = changes.recv().await {
-        // Servers often announce several changes at once: coalesce what is already queued.
-        let mut servers = vec![(first.server, first.principal)];
-        while let Ok(more) = changes.try_recv() {
-            let more = (more.server, more.principal);
-            if !servers.contains(&more) {
-                servers.push(more);
+        // Servers often announce several changes at once (server-everything says it once per
+        // tool it adds after the handshake): coalesce what comes within a moment.
+        tokio::time::sleep(UPSTREAM_CHANGES_WINDOW).await;
+        let mut servers = Vec::new();
+        let mut others = Vec::new();
+        for change in std::iter::once(first).chain(std::iter::from_fn(|| changes.try_recv().ok())) {
+            match change.list {
+                ListKind::Tools => {
+                    let server = (change.server, change.principal);
+                    if !servers.contains(&server) {
+                        servers.push(server);
+                    }
+                }
+                other => {
+                    let change = (change.server, change.principal, other);
+                    if !others.contains(&change) {
+                        others.push(change);
+                    }
+                }
             }
         }
         let Some(gateway) = gateway.upgrade() else {
             return;
         };
+        // Resource and prompt lists are served from a snapshot: list again, rebuild it, then
+        // pass the word on.
+        for (name, principal, list) in others {
+            let Ok(Some(server)) = gateway.upstreams.for_principal(&name, &principal) else {
+                continue;
+            };
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                // A failed list keeps its last good version; the others may have changed.
+                let _ = server.refresh_lists().await;
+                gateway.rebuild_surface();
+                gateway.listeners.changed(list);
+            });
+        }
         for (name, principal) in servers {
             // The session that said so lists again: a per-principal one for an OAuth server.
             if let Ok(Some(server)) = gateway.upstreams.for_principal(&name, &principal) {
@@ -499,6 +611,52 @@ async fn watch_changes(
                     }
                 });
             }
+        }
+    }
+}
+
+/// Lists each ready server's tools again every `refresh_s` (per server; default an hour), for
+/// servers that never announce changes, and rebuilds the catalog when a list differs. Ends
+/// with the gateway.
+async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
+    let mut last: HashMap<String, Instant> = HashMap::new();
+    // A scheduling tick, not a readiness wait: each server's own interval decides.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        for server in gateway.upstreams.servers() {
+            let Some(every) = server.config().refresh else {
+                continue;
+            };
+            let since = *last.entry(server.name().to_owned()).or_insert(now);
+            let ready = matches!(server.status().state, upstream::ServerState::Ready);
+            if !ready || now.duration_since(since) < every {
+                continue;
+            }
+            last.insert(server.name().to_owned(), now);
+            let server = server.clone();
+            let gateway = gateway.clone();
+            tokio::spawn(async move {
+                let before = server.tools();
+                match server.refresh_tools().await {
+                    Ok(after) if before.as_deref() != Some(after.as_ref()) => {
+                        tracing::info!(
+                            server = server.name(),
+                            "periodic refresh found changed tools"
+                        );
+                        gateway.refresh_catalog().await;
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::info!(server = server.name(), %error, "periodic refresh failed")
+                    }
+                }
+            });
         }
     }
 }

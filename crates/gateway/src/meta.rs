@@ -19,6 +19,8 @@ pub(crate) const CALL_TOOL: &str = "call_tool";
 pub(crate) const DEFAULT_TOP_K: usize = 5;
 pub(crate) const MAX_TOP_K: usize = 50;
 pub(crate) const MAX_QUERIES: usize = 10;
+/// What `search_tools`' `include` may name.
+const INCLUDE: [&str; 3] = ["tools", "resources", "prompts"];
 
 /// The meta-tools, with `search_tools` describing the servers that are searchable right now.
 pub(crate) fn tools(servers: &[(String, Option<String>)]) -> Vec<Tool> {
@@ -59,7 +61,9 @@ pub(crate) fn tools(servers: &[(String, Option<String>)]) -> Vec<Tool> {
                     "servers": {"type": "array", "items": {"type": "string", "enum": server_names},
                                 "description": "Only search these servers."},
                     "read_only": {"type": "boolean", "description": "true: only tools that do not modify anything; false: only tools that do."},
-                    "destructive": {"type": "boolean", "description": "false: leave out tools that may delete or overwrite data."}
+                    "destructive": {"type": "boolean", "description": "false: leave out tools that may delete or overwrite data."},
+                    "include": {"type": "array", "items": {"type": "string", "enum": INCLUDE}, "minItems": 1, "uniqueItems": true,
+                                "description": "What to search; default [\"tools\"]. Resources (read with resources/read) and prompts (prompts/get) come back in lists of their own."}
                 },
                 "additionalProperties": false
             }),
@@ -192,6 +196,116 @@ pub(crate) fn parse_search(
     })
 }
 
+/// What one `search_tools` call searches (`include`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Include {
+    pub tools: bool,
+    pub resources: bool,
+    pub prompts: bool,
+}
+
+/// Reads `search_tools`' `include`: tools only when absent.
+pub(crate) fn parse_include(args: &Map<String, Value>) -> Result<Include, CallToolResult> {
+    let wrong = || {
+        tool_error(format!(
+            "'include' must be a non-empty list of {}",
+            INCLUDE.join(", ")
+        ))
+    };
+    let items = match args.get("include") {
+        None | Some(Value::Null) => {
+            return Ok(Include {
+                tools: true,
+                resources: false,
+                prompts: false,
+            });
+        }
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(_) => return Err(wrong()),
+    };
+    let mut include = Include {
+        tools: false,
+        resources: false,
+        prompts: false,
+    };
+    for item in items {
+        match item.as_str() {
+            Some("tools") => include.tools = true,
+            Some("resources") => include.resources = true,
+            Some("prompts") => include.prompts = true,
+            _ => return Err(wrong()),
+        }
+    }
+    Ok(include)
+}
+
+/// `search_tools`' answer when `include` names more than tools: the tools' answer when they
+/// were searched (`found`), then the resource and prompt hits that were asked for, as text and
+/// as `resources` / `prompts` beside `results` in `structuredContent`.
+pub(crate) fn render_search_including(
+    known: &[&str],
+    search: &Search,
+    found: Option<&Found>,
+    resources: Option<Vec<Value>>,
+    prompts: Option<Vec<Value>>,
+) -> CallToolResult {
+    let (mut text, mut structured) = match found {
+        Some(found) => {
+            let result = render_search(known, search, found);
+            let text = result
+                .content
+                .first()
+                .and_then(|block| block.as_text())
+                .map(|text| text.text.clone())
+                .unwrap_or_default();
+            (
+                vec![text],
+                result.structured_content.unwrap_or_else(|| json!({})),
+            )
+        }
+        None => (Vec::new(), json!({ "results": [] })),
+    };
+    let sections = [
+        ("resources", "Resources", resources),
+        ("prompts", "Prompts", prompts),
+    ];
+    for (key, heading, hits) in sections {
+        let Some(hits) = hits else { continue };
+        if hits.is_empty() {
+            text.push(format!("No {key} matched."));
+        } else {
+            let lines: Vec<String> = hits
+                .iter()
+                .enumerate()
+                .map(|(i, hit)| {
+                    let id = hit
+                        .get("uri")
+                        .or_else(|| hit.get("uriTemplate"))
+                        .or_else(|| hit.get("name"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let about = hit
+                        .get("description")
+                        .or_else(|| hit.get("title"))
+                        .or_else(|| hit.get("name"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let server = hit
+                        .get("server")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    format!("{}. {id} ({server}) - {about}", i + 1)
+                })
+                .collect();
+            text.push(format!("{heading}:\n{}", lines.join("\n")));
+        }
+        structured[key] = Value::Array(hits);
+    }
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text.join("\n\n"))]);
+    result.structured_content = Some(structured);
+    result
+}
+
 /// `search_tools`' answer: ranked results as readable text plus `structuredContent`.
 /// `known` are the servers the caller may search.
 pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> CallToolResult {
@@ -305,5 +419,45 @@ pub(crate) fn unknown_tool_message(catalog: &Catalog, name: &str) -> String {
             "unknown tool '{name}'; did you mean: {}",
             suggestions.join(", ")
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn include(value: Value) -> Result<Include, String> {
+        let args = match value {
+            Value::Null => Map::new(),
+            value => Map::from_iter([("include".to_owned(), value)]),
+        };
+        parse_include(&args).map_err(|error| format!("{:?}", error.content))
+    }
+
+    #[test]
+    fn include_defaults_to_tools_and_refuses_unknown_kinds() {
+        let only = |tools, resources, prompts| {
+            Ok(Include {
+                tools,
+                resources,
+                prompts,
+            })
+        };
+        assert_eq!(include(Value::Null), only(true, false, false));
+        assert_eq!(
+            include(json!(["prompts", "resources"])),
+            only(false, true, true)
+        );
+        assert_eq!(
+            include(json!(["tools", "prompts"])),
+            only(true, false, true)
+        );
+        for bad in [json!([]), json!("tools"), json!(["skills"]), json!([1])] {
+            let error = include(bad.clone()).expect_err("refused");
+            assert!(
+                error.contains("'include' must be a non-empty list of tools, resources, prompts"),
+                "{bad}: {error}"
+            );
+        }
     }
 }

@@ -41,10 +41,10 @@ pub(crate) fn from_upstream(
             check_images(server, &mut result.content, limits);
             result
         }
-        // Relaying input requests and tasks is protocol work of its own (issue: whole protocol
-        // through the gateway); until then the model gets a clear, honest failure.
+        // `relay` answers or passes on input requests before a result gets here; tasks are not
+        // relayed yet. Either way the model gets a clear, honest failure.
         CallToolResponse::InputRequired(_) => tool_error(format!(
-            "'{server}' asked the user for input during this call, which mcpgw cannot relay yet"
+            "'{server}' asked the user for input in a way mcpgw could not relay"
         )),
         CallToolResponse::Task(_) => tool_error(format!(
             "'{server}' started a long-running task, which mcpgw cannot relay yet"

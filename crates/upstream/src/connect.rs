@@ -35,11 +35,18 @@ use std::{error::Error as StdError, sync::Arc, time::Duration};
 use config::Auth;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use netguard::{Policy, Refusal};
+// Sampling and logging are deprecated by SEP-2577 but still part of every revision relayed.
+#[allow(deprecated)]
 use rmcp::{
-    ClientHandler, RoleClient,
-    model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion},
+    ClientHandler, ErrorData as McpError, RoleClient,
+    model::{
+        ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+        ElicitRequestParams, ElicitResult, Implementation, LoggingMessageNotificationParam,
+        ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter,
+    },
     service::{
-        ClientLifecycleMode, NotificationContext, RunningService, serve_client_with_lifecycle,
+        ClientLifecycleMode, InboundStreamOrigin, NotificationContext, RequestContext,
+        RunningService, serve_client_with_lifecycle,
     },
     transport::{
         StreamableHttpClientTransport,
@@ -52,18 +59,28 @@ use secrecy::ExposeSecret;
 use tokio::sync::mpsc;
 
 use crate::{
-    Era, ToolsChanged, UpstreamError,
+    Era, ListKind, ToolsChanged, UpstreamError,
+    call::{Answer, Ask, InFlight},
     oauth::{AuthError, AuthorizedClient},
     sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
     stdio,
 };
 
 /// The rmcp client handler mcpgw runs for each upstream session.
+///
+/// It declares elicitation (form and URL) and sampling: one session serves every client, so
+/// whether a request can be answered is decided per request, by the client behind the tool
+/// call it belongs to (see [`crate::call`]); a client without the capability gets the server
+/// a `-32601` error naming it. Roots are not declared, and `roots/list` gets an empty list:
+/// one client's roots must not become every client's. Pings are answered (rmcp's default).
+/// Log messages (`notifications/message`) go to mcpgw's log at debug level.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
     server: String,
     principal: String,
     changes: mpsc::UnboundedSender<ToolsChanged>,
+    /// The tool calls in flight on this server's sessions, shared by every session it opens.
+    pub(crate) calls: Arc<InFlight>,
 }
 
 impl UpstreamClient {
@@ -76,26 +93,159 @@ impl UpstreamClient {
             server,
             principal,
             changes,
+            calls: Arc::new(InFlight::default()),
         }
+    }
+
+    /// Reports that the server's `list` may have changed.
+    pub(crate) fn changed(&self, list: ListKind) {
+        tracing::debug!(server = %self.server, ?list, "upstream says a list changed");
+        let _ = self.changes.send(ToolsChanged {
+            server: self.server.clone(),
+            principal: self.principal.clone(),
+            list,
+        });
     }
 }
 
+/// The capabilities mcpgw declares to every upstream.
+fn client_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {},
+    }))
+    .unwrap_or_default()
+}
+
+#[allow(deprecated)]
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            ClientCapabilities::default(),
+            client_capabilities(),
             Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        tracing::debug!(server = %self.server, "upstream says its tool list changed");
-        let _ = self.changes.send(ToolsChanged {
-            server: self.server.clone(),
-            principal: self.principal.clone(),
-        });
+        self.changed(ListKind::Tools);
     }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed(ListKind::Resources);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed(ListKind::Prompts);
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if !self.calls.progress(&params) {
+            tracing::debug!(server = %self.server, token = ?params.progress_token, "progress for no call in flight");
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message");
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let origin = context.extensions.get::<InboundStreamOrigin>();
+        match self
+            .calls
+            .ask(origin, Ask::Elicit(request), &context.ct)
+            .await?
+        {
+            Answer::Elicit(result) => Ok(result),
+            Answer::Sample(_) => Err(McpError::internal_error(
+                "the client answered an elicitation with a sampling result",
+                None,
+            )),
+        }
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        let origin = context.extensions.get::<InboundStreamOrigin>();
+        match self
+            .calls
+            .ask(origin, Ask::Sample(params), &context.ct)
+            .await?
+        {
+            Answer::Sample(result) => Ok(result),
+            Answer::Elicit(_) => Err(McpError::internal_error(
+                "the client answered a sampling request with an elicitation result",
+                None,
+            )),
+        }
+    }
+}
+
+/// Keeps a `subscriptions/listen` stream open on a 2026-07-28 session for the lists whose
+/// changes the server announces (its only way to say them), and reports each change like a
+/// legacy server's notification. Ends with the session.
+pub(crate) fn listen_for_changes(session: &Session, handler: UpstreamClient) {
+    let Some(info) = session.peer_info() else {
+        return;
+    };
+    let capabilities = &info.capabilities;
+    let mut filter = SubscriptionFilter::default();
+    if capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
+        filter.tools_list_changed = Some(true);
+    }
+    if capabilities.resources.as_ref().and_then(|r| r.list_changed) == Some(true) {
+        filter.resources_list_changed = Some(true);
+    }
+    if capabilities.prompts.as_ref().and_then(|p| p.list_changed) == Some(true) {
+        filter.prompts_list_changed = Some(true);
+    }
+    if filter == SubscriptionFilter::default() {
+        return;
+    }
+    let peer = session.peer().clone();
+    tokio::spawn(async move {
+        let mut subscription = match peer.listen(filter).await {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                tracing::info!(server = %handler.server, %error, "server refused subscriptions/listen; its changes are found by the periodic refresh");
+                return;
+            }
+        };
+        loop {
+            match subscription.next().await {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                    handler.changed(ListKind::Tools)
+                }
+                Ok(Some(ServerNotification::ResourceListChangedNotification(_))) => {
+                    handler.changed(ListKind::Resources)
+                }
+                Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
+                    handler.changed(ListKind::Prompts)
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::debug!(server = %handler.server, %error, "subscription ended");
+                    break;
+                }
+            }
+        }
+    });
 }
 
 pub(crate) type Session = RunningService<RoleClient, UpstreamClient>;

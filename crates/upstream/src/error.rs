@@ -24,6 +24,9 @@ pub enum UpstreamError {
     Refused { server: String, refusal: String },
     #[error("'{server}' did not answer within {}s", after.as_secs_f32())]
     Timeout { server: String, after: Duration },
+    /// The caller cancelled the request; the server was told (`notifications/cancelled`).
+    #[error("the request to '{server}' was cancelled")]
+    Cancelled { server: String },
     #[error("connection to '{server}' was lost: {reason}")]
     Closed { server: String, reason: String },
     #[error("'{server}' returned error {code}: {message}")]

@@ -2,7 +2,9 @@
 //!
 //! Entry point: [`Upstreams`], built from the enabled servers of a [`config::Config`]. Each
 //! [`Server`] owns at most one live [`rmcp`] client session, (re)connects it on demand, remembers
-//! the protocol era it negotiated, and keeps its last good tool list.
+//! the protocol era it negotiated, and keeps its last good tool list, and resource, template and
+//! prompt lists ([`Lists`]); `resources/read`, `prompts/get` and `completion/complete` go to it
+//! like tool calls, but are retried once on a lost session since they only read.
 //!
 //! A server configured for OAuth calls its upstream as the principal behind each request (the
 //! downstream user or client: `local`, `client:NAME`, `user:SUB`), with that principal's tokens
@@ -18,6 +20,12 @@
 //! - A `tools/call` is sent at most twice, and the second time only when the first attempt never
 //!   reached a live session (the session was already gone, or the server answered "unknown session"
 //!   before processing). Any other failure is returned, because a retry could repeat a side effect.
+//! - A tool call its caller cancels, or that times out at mcpgw, is cancelled upstream
+//!   (`notifications/cancelled`; rmcp closes the request's stream on 2026-07-28 HTTP), never
+//!   abandoned. Its timeout runs from the server's last sign of life (progress) and stands still
+//!   while the user is being asked something ([`Server::call_tool_with`], module `call`).
+//! - A server-to-client request reaches only the caller of the call it belongs to (module `call`
+//!   has the routing rule); one that cannot be placed gets a JSON-RPC error.
 //! - A stdio child runs in its own process group; the group is killed when the session ends, so
 //!   grandchildren (`node` under `npx`, `python` under `uvx`) never outlive the gateway.
 //! - Every HTTP request goes through a client built by `netguard::guarded_client_builder` with
@@ -28,6 +36,7 @@
 //!   tokens live in the [`oauth::OAuthStore`] the caller provides, are read at each request, and
 //!   are never logged either.
 
+mod call;
 mod connect;
 mod error;
 mod http;
@@ -42,9 +51,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use call::{Answer, Ask, Asked, CallOptions, Progress};
 pub use error::UpstreamError;
 use oauth::OAuthStore;
-pub use server::{Era, Server, ServerState, ServerStatus};
+pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus};
 use tokio::sync::mpsc;
 
 /// The principal id of the person running mcpgw (stdio, the CLI, an open loopback listener):
@@ -71,12 +81,23 @@ pub struct Upstreams {
     max_response_bytes: usize,
 }
 
-/// Sent when a server's tool list may have changed (it reconnected, or said `list_changed`).
+/// Sent when one of a server's lists may have changed (it said `list_changed`, on a legacy
+/// session or a 2026-07-28 `subscriptions/listen` stream).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolsChanged {
     pub server: String,
     /// The principal whose session said so ([`LOCAL_PRINCIPAL`] for a shared server).
     pub principal: String,
+    /// Which list.
+    pub list: ListKind,
+}
+
+/// The lists a server announces changes of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ListKind {
+    Tools,
+    Resources,
+    Prompts,
 }
 
 impl Upstreams {
@@ -193,6 +214,20 @@ impl Upstreams {
             .filter_map(|server| server.tools_fetched())
             .max_by_key(|(fetched, _)| *fetched)
             .map(|(_, tools)| tools)
+    }
+
+    /// The resource, template and prompt lists to show for server `name`, chosen like
+    /// [`Upstreams::latest_tools`].
+    pub fn latest_lists(&self, name: &str) -> Option<Arc<Lists>> {
+        let shared = self.get(name)?;
+        if let Some(lists) = shared.lists() {
+            return Some(lists);
+        }
+        lock(self.principals.get(name)?)
+            .values()
+            .filter_map(|server| server.lists_fetched())
+            .max_by_key(|(fetched, _)| *fetched)
+            .map(|(_, lists)| lists)
     }
 
     /// Closes the per-principal sessions no request has used for [`PRINCIPAL_IDLE`]; the next
@@ -406,6 +441,31 @@ mod tests {
             "local"
         );
         assert!(upstreams.latest_tools("plain").is_none());
+    }
+
+    #[test]
+    fn lists_come_from_the_shared_server_else_the_latest_principal_listing() {
+        let (upstreams, _) = upstreams();
+        assert!(upstreams.latest_lists("docs").is_none());
+        let prompts = |name: &str| Lists {
+            prompts: vec![serde_json::json!({"name": name})],
+            ..Lists::default()
+        };
+        server(&upstreams, "docs", "client:alice").set_lists_for_test(prompts("old"));
+        server(&upstreams, "docs", "client:bob").set_lists_for_test(prompts("new"));
+        assert_eq!(
+            upstreams.latest_lists("docs").expect("listed").prompts[0]["name"],
+            "new"
+        );
+        upstreams
+            .get("docs")
+            .expect("docs")
+            .set_lists_for_test(prompts("local"));
+        assert_eq!(
+            upstreams.latest_lists("docs").expect("listed").prompts[0]["name"],
+            "local"
+        );
+        assert!(upstreams.latest_lists("plain").is_none());
     }
 
     #[tokio::test]

@@ -7,14 +7,18 @@ use std::{
 
 use netguard::Policy;
 use rmcp::{
-    model::{CallToolRequestParams, CallToolResponse, PaginatedRequestParams},
-    service::ServiceError,
+    model::{
+        CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
+        PaginatedRequestParams, ServerResult,
+    },
+    service::{PeerRequestOptions, ServiceError},
 };
 use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::{
     ToolsChanged, UpstreamError,
+    call::{CallOptions, CancelOnDrop, InFlight},
     connect::{self, Connected, Session, UpstreamClient},
     oauth::{
         AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthError, OAuthSettings, OAuthStore,
@@ -22,9 +26,17 @@ use crate::{
     },
 };
 
+mod lists;
+
+pub use lists::Lists;
+
 /// Most pages fetched for one `tools/list`; real servers have been seen returning a cursor that
 /// never advances, which would otherwise loop forever.
 const MAX_TOOL_PAGES: usize = 100;
+
+/// Longest a tool call may run however much progress it reports (unless the server's own
+/// timeout is longer): the spec asks clients to enforce a maximum when progress resets timeouts.
+pub const MAX_CALL: Duration = Duration::from_secs(10 * 60);
 
 /// Which protocol generation a server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -101,6 +113,8 @@ pub struct Server {
     status: Mutex<ServerStatus>,
     /// The last good tool list and when it was fetched.
     tools: Mutex<Option<(Instant, Arc<Vec<serde_json::Value>>)>>,
+    /// The last good resource, template and prompt lists and when they were fetched.
+    lists: Mutex<Option<(Instant, Arc<Lists>)>>,
     activity: Mutex<Activity>,
 }
 
@@ -136,6 +150,7 @@ impl Server {
                 last_change: None,
             }),
             tools: Mutex::new(None),
+            lists: Mutex::new(None),
             activity: Mutex::new(Activity {
                 busy: 0,
                 last: Instant::now(),
@@ -195,7 +210,8 @@ impl Server {
         (activity.busy == 0).then(|| now.saturating_duration_since(activity.last))
     }
 
-    /// Connects if needed and fetches the full tool list (all pages).
+    /// Connects if needed and fetches the full tool list (all pages), then the resource,
+    /// template and prompt lists ([`Server::refresh_lists`]).
     pub async fn refresh_tools(&self) -> Result<Arc<Vec<serde_json::Value>>, UpstreamError> {
         let result = self
             .with_session(
@@ -208,6 +224,9 @@ impl Server {
                 let tools = Arc::new(tools);
                 *lock(&self.tools) = Some((Instant::now(), tools.clone()));
                 lock(&self.status).tool_count = Some(tools.len());
+                // Whoever lists the tools wants the rest of the server's surface too; a list
+                // that fails is logged and keeps its last good version.
+                let _ = self.refresh_lists().await;
                 Ok(tools)
             }
             Err(error) => {
@@ -226,11 +245,37 @@ impl Server {
         name: &str,
         arguments: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Result<CallToolResponse, UpstreamError> {
+        self.call_tool_with(name, arguments, CallOptions::default())
+            .await
+    }
+
+    /// [`Server::call_tool`] with a caller taking part: progress goes to `options.progress`,
+    /// what the server asks goes to `options.asks`, and cancelling `options.ct` cancels the
+    /// upstream request (`notifications/cancelled`) and fails the call with
+    /// [`UpstreamError::Cancelled`].
+    ///
+    /// The call times out after the server's timeout without a sign of life: progress
+    /// restarts the clock, and it stands still while the user is being asked something. No
+    /// call runs longer than [`MAX_CALL`] (or the timeout, if longer). A call that times out
+    /// is cancelled upstream, not abandoned.
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        arguments: Option<serde_json::Map<String, serde_json::Value>>,
+        options: CallOptions,
+    ) -> Result<CallToolResponse, UpstreamError> {
         let name = name.to_owned();
-        self.with_session(false, move |session| {
+        let calls = self.handler.calls.clone();
+        let idle = self.config.timeout;
+        let options = Arc::new(options);
+        self.with_session_bounded(false, None, move |session| {
             let mut params = CallToolRequestParams::new(name.clone());
             params.arguments = arguments.clone();
-            async move { session.peer().call_tool_once(params).await }
+            params.input_responses = options.input_responses.clone();
+            params.request_state = options.request_state.clone();
+            let calls = calls.clone();
+            let options = options.clone();
+            async move { call_once(&session, &calls, params, &options, idle).await }
         })
         .await
     }
@@ -273,18 +318,36 @@ impl Server {
         F: Fn(Arc<Session>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ServiceError>>,
     {
+        self.with_session_bounded(idempotent, Some(self.config.timeout), op)
+            .await
+    }
+
+    /// [`Server::with_session`] with the bound on `op` given: `None` when `op` keeps time
+    /// itself (a tool call, whose clock follows the server's signs of life).
+    async fn with_session_bounded<T, F, Fut>(
+        &self,
+        idempotent: bool,
+        bound: Option<Duration>,
+        op: F,
+    ) -> Result<T, UpstreamError>
+    where
+        F: Fn(Arc<Session>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ServiceError>>,
+    {
         let _busy = Busy::start(self);
         let mut retried = false;
         loop {
             let session = self.session().await?;
             let was_open = !session.is_closed() && !session.peer().is_transport_closed();
-            let timeout = self.config.timeout;
-            let outcome = match tokio::time::timeout(timeout, op(session.clone())).await {
-                Ok(result) => result.map_err(|e| self.classify(e)),
-                Err(_) => Err(UpstreamError::Timeout {
-                    server: self.name().to_owned(),
-                    after: timeout,
-                }),
+            let outcome = match bound {
+                Some(timeout) => match tokio::time::timeout(timeout, op(session.clone())).await {
+                    Ok(result) => result.map_err(|e| self.classify(e)),
+                    Err(_) => Err(UpstreamError::Timeout {
+                        server: self.name().to_owned(),
+                        after: timeout,
+                    }),
+                },
+                None => op(session.clone()).await.map_err(|e| self.classify(e)),
             };
             // A legacy SSE stream ended by an oversized event reads as a lost connection; say
             // what happened instead. Not a lost session for the retry below: the same request
@@ -397,6 +460,9 @@ impl Server {
             ms = started.elapsed().as_millis() as u64,
             "upstream connected"
         );
+        if connected.era == Era::Modern {
+            connect::listen_for_changes(&session, self.handler.clone());
+        }
         *lock(&self.live) = Some(Live {
             session: session.clone(),
             oversized: connected.oversized,
@@ -530,6 +596,7 @@ impl Server {
                 server,
                 after: timeout,
             },
+            ServiceError::Cancelled { .. } => UpstreamError::Cancelled { server },
             other => UpstreamError::Protocol {
                 server,
                 reason: other.to_string(),
@@ -585,6 +652,75 @@ async fn list_all_tools(session: &Session) -> Result<Vec<serde_json::Value>, Ser
         }
     }
     Ok(tools)
+}
+
+/// Sends one `tools/call` on `session` and waits for its answer, relaying what `options` asks
+/// for (see [`Server::call_tool_with`]).
+async fn call_once(
+    session: &Session,
+    calls: &InFlight,
+    params: CallToolRequestParams,
+    options: &CallOptions,
+    idle: Duration,
+) -> Result<CallToolResponse, ServiceError> {
+    let registered = calls.register(options);
+    let peer = session.peer().clone();
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    registered.sent(handle.id.clone(), handle.progress_token.clone());
+    let cancel = CancelOnDrop::new(peer, handle.id.clone());
+    let response = handle.await_response();
+    tokio::pin!(response);
+    let started = Instant::now();
+    let limit = started + MAX_CALL.max(idle);
+    let result = loop {
+        let deadline = registered
+            .activity
+            .deadline(idle)
+            .map_or(limit, |deadline| deadline.min(limit));
+        tokio::select! {
+            result = &mut response => break result,
+            () = options.ct.cancelled() => {
+                cancel.cancel("cancelled by the client");
+                return Err(ServiceError::Cancelled { reason: Some("cancelled by the client".to_owned()) });
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let now = Instant::now();
+                let expired = now >= limit
+                    || registered.activity.deadline(idle).is_some_and(|deadline| now >= deadline);
+                if expired {
+                    cancel.cancel("timed out at mcpgw");
+                    return Err(ServiceError::Timeout { timeout: idle });
+                }
+            }
+        }
+    };
+    cancel.disarm();
+    // rmcp hands each notification to a task of its own, spawned before the response that
+    // follows it is delivered: let the progress sent just before the result reach the caller
+    // first (best effort; such tasks run before a yielded one).
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    call_tool_response(result?)
+}
+
+/// A `tools/call` answer as the response it is. rmcp parses results as an untagged union, so a
+/// result may arrive as another variant of the same shape.
+fn call_tool_response(result: ServerResult) -> Result<CallToolResponse, ServiceError> {
+    match result {
+        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+        ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
+        ServerResult::EmptyResult(_) => Ok(CallToolResponse::Complete(CallToolResult::default())),
+        other => serde_json::to_value(&other)
+            .ok()
+            .and_then(|value| serde_json::from_value::<CallToolResult>(value).ok())
+            .map(CallToolResponse::Complete)
+            .ok_or(ServiceError::UnexpectedResponse),
+    }
 }
 
 async fn close_session(session: Arc<Session>) {

@@ -19,6 +19,8 @@ mod oauth_fixture;
 mod pinning;
 mod principals;
 mod profiles;
+mod relay;
+mod resources;
 mod search;
 mod signin;
 mod upstreams;
