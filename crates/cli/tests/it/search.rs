@@ -133,7 +133,11 @@ fn tool_embeddings_are_cached_across_restarts() {
         .next()
         .and_then(|rest| rest.split(' ').next()?.parse::<usize>().ok());
     assert!(embedded >= 15, "{first_log}");
-    assert_eq!(Some(embedded), tools, "every tool embedded once:\n{first_log}");
+    assert_eq!(
+        Some(embedded),
+        tools,
+        "every tool embedded once:\n{first_log}"
+    );
     let (second, second_log) = search();
     assert_eq!(first, second, "same ranking after a restart");
     assert!(
