@@ -6,12 +6,11 @@
 //! are dropped once their transport is closed; listen streams leave when they end.
 //!
 //! What they hear: `notifications/tools/list_changed` after a new catalog is published, and
-//! only by clients whose visible tool list differs from the one they were last told of (a
-//! fingerprint per client: in search mode the three meta-tools never change; a profile hides
-//! changes to tools it does not show; the digest is of the very `tools/list` result the client
-//! would get). Resource and prompt list changes of any upstream are
-//! passed on as they come. Changes are coalesced: a burst within [`DEBOUNCE`] is one
-//! notification.
+//! only by clients whose `tools/list` result differs from the one they were last told of (a
+//! digest per client of the very result it would get: a search-mode client hears only of
+//! changes to what it lists; a profile hides changes to tools it does not show). Resource and
+//! prompt list changes are passed on once the gateway has listed them again. Changes are
+//! coalesced: a burst within [`DEBOUNCE`] is one notification.
 
 use std::{
     collections::{HashMap, HashSet},

@@ -77,9 +77,14 @@ pub struct Gateway {
     catalog: RwLock<(u64, Arc<Catalog>)>,
     generation: AtomicU64,
     semantic: OnceLock<Option<Arc<Semantic>>>,
-    /// One refresh at a time: a change notice that arrives while the tools are being embedded
-    /// waits, then finds them in the cache instead of embedding them all a second time.
+    /// One catalog build at a time (short: lists, pins, index).
+    publishing: tokio::sync::Mutex<()>,
+    /// One embedding at a time: a change notice that arrives while the tools are being embedded
+    /// waits, then finds them in the cache instead of embedding them all a second time. A new
+    /// catalog is published before this is taken, so it never waits for an older embedding.
     refreshing: tokio::sync::Mutex<()>,
+    /// How many refreshes are running, for [`Gateway::embedded`].
+    refreshes: tokio::sync::watch::Sender<usize>,
     /// Tool pinning: the held tools and the pins generation the catalog was checked against.
     pins: pinning::Pins,
     /// The most used tools by the audit log, for exposure `auto`'s pinned tools; read at each
@@ -165,7 +170,9 @@ impl Gateway {
             catalog: RwLock::new((0, Arc::new(Catalog::build(&[]).0))),
             generation: AtomicU64::new(0),
             semantic: OnceLock::new(),
+            publishing: tokio::sync::Mutex::new(()),
             refreshing: tokio::sync::Mutex::new(()),
+            refreshes: tokio::sync::watch::Sender::new(0),
             pins: pinning::Pins::default(),
             most_used: RwLock::new(Arc::new(Vec::new())),
             rate_limiter: limits::RateLimiter::new(),
@@ -211,7 +218,9 @@ impl Gateway {
     /// Waits until no catalog refresh is running, so the catalog carries tool vectors when
     /// they could be computed (for one-shot commands such as `mcpgw search`).
     pub async fn embedded(&self) {
-        drop(self.refreshing.lock().await);
+        let mut running = self.refreshes.subscribe();
+        // The sender lives as long as `self`.
+        let _ = running.wait_for(|running| *running == 0).await;
     }
 
     /// The embedder, when one is loaded.
@@ -234,7 +243,15 @@ impl Gateway {
             && catalog.vector_model() != Some(semantic.model_id())
             && !self.first_search_waited.swap(true, Ordering::SeqCst)
         {
-            let _ = tokio::time::timeout(FIRST_SEARCH_WAIT, self.embedded()).await;
+            if tokio::time::timeout(FIRST_SEARCH_WAIT, self.embedded())
+                .await
+                .is_err()
+            {
+                tracing::info!(
+                    waited_s = FIRST_SEARCH_WAIT.as_secs(),
+                    "tool embeddings still running; serving BM25 search until they are ready"
+                );
+            }
             catalog = self.catalog();
         }
         let mut degraded = None;
@@ -392,21 +409,32 @@ impl Gateway {
 
     /// [`Gateway::refresh_catalog`], saying on `published` when the lexical catalog is out.
     async fn refresh(&self, published: Option<tokio::sync::oneshot::Sender<()>>) {
-        let _one_at_a_time = self.refreshing.lock().await;
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        self.read_most_used().await;
-        let catalog = self.build_catalog().await;
-        let semantic = self.semantic().cloned();
-        self.publish(generation, catalog.clone());
-        self.rebuild_surface();
-        // Clients hear of a change only once a re-listing would show it.
-        self.listeners.changed(ListKind::Tools);
+        self.refreshes.send_modify(|running| *running += 1);
+        let _counted = RefreshRunning(&self.refreshes);
+        let (generation, catalog, semantic) = {
+            let _one_at_a_time = self.publishing.lock().await;
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            self.read_most_used().await;
+            let catalog = self.build_catalog().await;
+            let semantic = self.semantic().cloned();
+            self.publish(generation, catalog.clone());
+            self.rebuild_surface();
+            // Clients hear of a change only once a re-listing would show it.
+            self.listeners.changed(ListKind::Tools);
+            (generation, catalog, semantic)
+        };
         if let Some(published) = published {
             let _ = published.send(());
         }
         let Some(semantic) = semantic else {
             return;
         };
+        let _one_embedding = self.refreshing.lock().await;
+        if self.generation.load(Ordering::SeqCst) != generation {
+            // A newer catalog is out (built with the embedder loaded, as this one was): its own
+            // refresh embeds it, tools this one had included, so embedding here is wasted.
+            return;
+        }
         match semantic.tool_vectors(&catalog).await {
             Ok(vectors) => match catalog.with_vectors(semantic.model_id().to_owned(), vectors) {
                 Ok(with_vectors) => {
@@ -466,6 +494,16 @@ impl Gateway {
         if let Some(store) = &self.store {
             store.close().await;
         }
+    }
+}
+
+/// Counts one refresh as running until dropped (see [`Gateway::embedded`]).
+struct RefreshRunning<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for RefreshRunning<'_> {
+    fn drop(&mut self) {
+        self.0
+            .send_modify(|running| *running = running.saturating_sub(1));
     }
 }
 
