@@ -8,30 +8,11 @@
 //!
 //! That the file was (or was not) written is the proof the tool ran (or did not).
 
-use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
-    thread,
-    time::Duration,
-};
+use std::{path::Path, thread, time::Duration};
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
-
-fn text(output: &[u8]) -> String {
-    String::from_utf8_lossy(output).into_owned()
-}
 
 fn filesystem_server(name: &str, root: &Path) -> String {
     let js = peers().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");

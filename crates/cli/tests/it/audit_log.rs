@@ -2,25 +2,12 @@
 //! through the gateway; `mcpgw audit` then shows who called what with which decision and
 //! outcome, holding only a hash of the arguments.
 
-use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
-};
+use std::path::Path;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::harness::*;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
 
 fn audit(config: &Path, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["audit", "--json"];

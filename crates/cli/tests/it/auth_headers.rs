@@ -125,10 +125,6 @@ fn mcpgw_with_env(args: &[&str], config: &ConfigDir) -> Output {
         .expect("mcpgw runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// Fails when any test credential appears in `what`.
 fn assert_no_credentials(label: &str, what: &str) {
     for (var, secret) in ENV {

@@ -11,10 +11,6 @@ fn mcpgw_cmd(args: &[&str]) -> Output {
         .expect("mcpgw runs")
 }
 
-fn text(output: &[u8]) -> String {
-    String::from_utf8_lossy(output).into_owned()
-}
-
 #[test]
 fn config_check_reports_every_problem_with_its_path() {
     let config = write_config(

@@ -3,27 +3,13 @@
 
 use std::{
     path::Path,
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
-
-fn text(output: &[u8]) -> String {
-    String::from_utf8_lossy(output).into_owned()
-}
 
 /// POSTs an `initialize` to `url` with `authorization`, if any: status, headers and body.
 fn initialize(url: &str, authorization: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {

@@ -166,6 +166,29 @@ pub fn everything_network(mode: &str) -> (Proc, u16) {
     (proc, port)
 }
 
+/// Runs `mcpgw ARGS --config CONFIG` to completion, with stdin closed.
+pub fn mcpgw_in(config: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(mcpgw())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcpgw runs")
+}
+
+/// A process's output as text (lossy UTF-8).
+pub fn text(output: &[u8]) -> String {
+    String::from_utf8_lossy(output).into_owned()
+}
+
+/// `mcpgw clients add NAME`: the key it prints, once.
+pub fn add_client(config: &Path, name: &str) -> String {
+    let added = mcpgw_in(config, &["clients", "add", name]);
+    assert!(added.status.success(), "{}", text(&added.stderr));
+    text(&added.stdout).trim().to_owned()
+}
+
 /// A temporary directory holding a config file.
 pub struct ConfigDir {
     pub dir: tempfile::TempDir,

@@ -3,8 +3,7 @@
 //! it), client keys beside JWTs, the bound on JWKS fetches, and no token in the log.
 
 use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -76,16 +75,6 @@ name = "echo-only"
 allow = ["everything__echo"]
 exposure = "passthrough"
 "#;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
 
 /// POSTs an `initialize` to `url` with `authorization`, if any: status, headers and body.
 fn initialize(url: &str, authorization: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {

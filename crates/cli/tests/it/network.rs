@@ -26,10 +26,6 @@ fn mcpgw_cmd(args: &[&str], config: &ConfigDir) -> Output {
         .expect("mcpgw runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// A loopback port that must never be connected to: accepting would succeed only if something
 /// connected.
 fn sink() -> (TcpListener, u16) {

@@ -39,10 +39,6 @@ fn mcpgw_run(args: &[&str], config: &ConfigDir) -> Output {
         .expect("mcpgw runs")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// Everything a command printed, for the leak check.
 fn transcript(label: &str, output: &Output) -> String {
     format!(

@@ -4,38 +4,12 @@
 //! user, with its own token over its own session. One user's revoked grant leaves the other's
 //! alone, and the store keeps a row per principal.
 
-use std::{
-    collections::BTreeSet,
-    path::Path,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{collections::BTreeSet, time::Duration};
 
 use serde_json::{Value, json};
 
 use crate::harness::*;
 use crate::oauth_fixture::OAuthServer;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
-
-/// `mcpgw clients add NAME`: the key it prints once.
-fn add_client(config: &Path, name: &str) -> String {
-    let added = mcpgw_in(config, &["clients", "add", name]);
-    assert!(
-        added.status.success(),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
-    String::from_utf8_lossy(&added.stdout).trim().to_owned()
-}
 
 /// `docs__whoami` through the `call_tool` meta-tool.
 fn whoami_script() -> Value {

@@ -3,34 +3,9 @@
 //! absent from listing, search and details, refused at call time like an unknown tool, and
 //! never suggested.
 
-use std::{
-    path::Path,
-    process::{Command, Output, Stdio},
-};
-
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-fn mcpgw_in(config: &Path, args: &[&str]) -> Output {
-    Command::new(mcpgw())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .output()
-        .expect("mcpgw runs")
-}
-
-fn add_client(config: &Path, name: &str) -> String {
-    let added = mcpgw_in(config, &["clients", "add", name]);
-    assert!(
-        added.status.success(),
-        "{}",
-        String::from_utf8_lossy(&added.stderr)
-    );
-    String::from_utf8_lossy(&added.stdout).trim().to_owned()
-}
 
 fn names(tools: &Value) -> Vec<String> {
     tools
