@@ -11,27 +11,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-/// POSTs an `initialize` to `url` with `authorization`, if any: status, headers and body.
-fn initialize(url: &str, authorization: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
-    let mut request = reqwest::blocking::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"}}})
-            .to_string(),
-        );
-    if let Some(value) = authorization {
-        request = request.header("authorization", value);
-    }
-    let response = request.send().expect("gateway reachable");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    (status, headers, response.text().unwrap_or_default())
-}
-
 fn list_tool_names(report: &Value) -> Vec<String> {
     report["steps"][0]
         .as_array()

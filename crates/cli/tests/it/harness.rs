@@ -189,6 +189,30 @@ pub fn add_client(config: &Path, name: &str) -> String {
     text(&added.stdout).trim().to_owned()
 }
 
+/// POSTs an `initialize` to `url` with `authorization`, if any: status, headers and body.
+pub fn initialize(
+    url: &str,
+    authorization: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let mut request = reqwest::blocking::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}})
+            .to_string(),
+        );
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = request.send().expect("gateway reachable");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, response.text().unwrap_or_default())
+}
+
 /// A temporary directory holding a config file.
 pub struct ConfigDir {
     pub dir: tempfile::TempDir,

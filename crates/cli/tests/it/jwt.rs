@@ -76,27 +76,6 @@ allow = ["everything__echo"]
 exposure = "passthrough"
 "#;
 
-/// POSTs an `initialize` to `url` with `authorization`, if any: status, headers and body.
-fn initialize(url: &str, authorization: Option<&str>) -> (u16, reqwest::header::HeaderMap, String) {
-    let mut request = reqwest::blocking::Client::new()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"}}})
-            .to_string(),
-        );
-    if let Some(value) = authorization {
-        request = request.header("authorization", value);
-    }
-    let response = request.send().expect("gateway reachable");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    (status, headers, response.text().unwrap_or_default())
-}
-
 /// Runs the Python client with `token` and expects it to fail to connect: its stderr.
 fn py_client_refused(url: &str, token: &str) -> String {
     let output = Command::new(venv_bin("python"))
