@@ -270,12 +270,7 @@ impl Front {
         arguments: Option<Map<String, Value>>,
         call: &Call<'_>,
     ) -> Result<CallToolResponse, McpError> {
-        let server = match self.gateway.catalog().get(qualified) {
-            Some(entry) => entry.server.clone(),
-            None => qualified
-                .split_once(catalog::naming::SEPARATOR)
-                .map_or_else(String::new, |(server, _)| server.to_owned()),
-        };
+        let server = server_of(&self.gateway.catalog(), qualified).unwrap_or_default();
         *lock(&call.audit) = Some(AuditRecord::begin(
             &call.access.principal,
             &server,
@@ -613,13 +608,7 @@ impl Front {
         principal: &Principal,
     ) -> Option<CallToolResult> {
         let (name, serial) = login::parse_request_state(&retry.request_state)?;
-        let tool_server = match self.gateway.catalog().get(qualified) {
-            Some(entry) => entry.server.clone(),
-            None => qualified
-                .split_once(catalog::naming::SEPARATOR)?
-                .0
-                .to_owned(),
-        };
+        let tool_server = server_of(&self.gateway.catalog(), qualified)?;
         if tool_server != name {
             return None;
         }
@@ -1015,6 +1004,17 @@ impl Front {
     }
 }
 
+/// The server a tool name belongs to: its catalog entry's (bare names under `prefix =
+/// "when-needed"` included), else the `server` part of a `server__tool` name.
+fn server_of(catalog: &catalog::Catalog, name: &str) -> Option<String> {
+    match catalog.get(name) {
+        Some(entry) => Some(entry.server.clone()),
+        None => name
+            .split_once(catalog::naming::SEPARATOR)
+            .map(|(server, _)| server.to_owned()),
+    }
+}
+
 /// A catalog tool as `tools/list` shows it: the upstream's definition under its qualified name.
 fn listed_tool(entry: &catalog::ToolEntry) -> Option<Tool> {
     let mut raw = entry.raw.clone();
@@ -1269,11 +1269,9 @@ impl ServerHandler for Front {
                 other => Some((other, arguments)),
             };
             if let Some((tool, arguments)) = target {
-                let server = tool
-                    .split_once(catalog::naming::SEPARATOR)
-                    .map_or("", |(server, _)| server);
+                let server = server_of(&self.gateway.catalog(), tool).unwrap_or_default();
                 self.gateway.audit(
-                    AuditRecord::begin(&call.access.principal, server, tool, arguments)
+                    AuditRecord::begin(&call.access.principal, &server, tool, arguments)
                         .decided(CallDecision::RateLimited)
                         .not_run("over the calls-per-minute limit"),
                 );
