@@ -73,8 +73,7 @@ use crate::{
 /// call it belongs to (see [`crate::call`]); a client without the capability gets the server
 /// a `-32601` error naming it. Roots are not declared, and `roots/list` gets an empty list:
 /// one client's roots must not become every client's. Pings are answered (rmcp's default).
-/// Log messages (`notifications/message`) during a call go to its caller, if it asked for
-/// them (see [`crate::call`]); others go to mcpgw's log at debug level.
+/// Log messages (`notifications/message`) go to mcpgw's log at debug level.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
     server: String,
@@ -155,9 +154,7 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if !self.calls.log(&params) {
-            tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message outside a call");
-        }
+        tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message");
     }
 
     async fn create_elicitation(

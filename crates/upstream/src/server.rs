@@ -273,10 +273,6 @@ impl Server {
             params.arguments = arguments.clone();
             params.input_responses = options.input_responses.clone();
             params.request_state = options.request_state.clone();
-            // A legacy server ignores the key; a 2026-07-28 one logs only when it is there.
-            if let Some((level, _)) = &options.logs {
-                params.meta.get_or_insert_default().set_log_level(*level);
-            }
             let calls = calls.clone();
             let options = options.clone();
             async move { call_once(&session, &calls, params, &options, idle).await }
