@@ -7,7 +7,7 @@ ONE JSON object to stdout. Run it with the test venv's interpreter:
     .peers/venv/bin/python tests/clients/mcp_client.py \
         (--stdio CMD [ARG...] [--] | --url URL) [--era legacy|modern|auto] \
         [--header 'Name: value']... [--elicit open[:QUERY]|form:JSON|decline|cancel]
-        [--sample TEXT] SCRIPT_JSON
+        [--sample TEXT] [--log-level LEVEL] SCRIPT_JSON
 
 SCRIPT_JSON (always the LAST argument; `@path` reads a file, `-` reads stdin)
 is a JSON array of steps, e.g.
@@ -45,6 +45,14 @@ default 10) for one more notification of "method" than already waited for,
 whether it came as a legacy notification or on the listen stream. Scripts with
 either op get "notifications": [method, ...] in the output, in arrival order.
 
+Log messages: a `set_level` step ({"level": "info"}) sends `logging/setLevel`
+(handshake era; a 2026-07-28 server answers -32601); --log-level LEVEL opts every
+2026-07-28 request in to log messages at LEVEL (`_meta` log level). With either,
+the output has "logs": [{"level", "logger", "data"}, ...] in arrival order.
+A `wait_logs` step ({"count": N, "timeout": s, default 10}) waits until N log
+messages have arrived in all: a legacy Streamable HTTP server may send them on
+the session's GET stream, which is not ordered with the call's response.
+
 Exit codes: 0 script ran (even if steps returned MCP errors); 1 the connection
 failed (spawn, handshake/discover, transport, connection lost mid-script);
 2 usage error (bad arguments or script); 3 overall timeout
@@ -72,7 +80,7 @@ from mcp_types.version import LATEST_MODERN_VERSION
 USAGE = (
     "usage: mcp_client.py (--stdio CMD [ARG...] [--] | --url URL) "
     "[--era legacy|modern|auto] [--header 'Name: value']... "
-    "[--elicit open[:QUERY]|form:JSON|decline|cancel] [--sample TEXT] SCRIPT_JSON"
+    "[--elicit open[:QUERY]|form:JSON|decline|cancel] [--sample TEXT] [--log-level LEVEL] SCRIPT_JSON"
 )
 ERAS = ("legacy", "modern", "auto")
 PAGE_CAP = 100  # max pages followed for list_* (guards against non-advancing cursors)
@@ -93,13 +101,15 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
     if not argv or argv[0] in ("-h", "--help"):
         raise UsageError(USAGE)
     script_arg, rest = argv[-1], argv[:-1]
-    opts: dict[str, Any] = {"stdio": None, "url": None, "era": "legacy", "headers": {}, "elicit": None, "sample": None}
-    own = ("--era", "--url", "--stdio", "--header", "--elicit", "--sample")
+    opts: dict[str, Any] = {
+        "stdio": None, "url": None, "era": "legacy", "headers": {}, "elicit": None, "sample": None, "log_level": None,
+    }
+    own = ("--era", "--url", "--stdio", "--header", "--elicit", "--sample", "--log-level")
     i = 0
     while i < len(rest):
         tok = rest[i]
         key, eq, val = tok.partition("=")
-        if key in ("--era", "--url", "--header", "--elicit", "--sample"):
+        if key in ("--era", "--url", "--header", "--elicit", "--sample", "--log-level"):
             if not eq:
                 i += 1
                 if i >= len(rest):
@@ -115,6 +125,8 @@ def parse_argv(argv: list[str]) -> dict[str, Any]:
                 opts["elicit"] = parse_elicit(val)
             elif key == "--sample":
                 opts["sample"] = val
+            elif key == "--log-level":
+                opts["log_level"] = val
             else:
                 name, colon, value = val.partition(":")
                 if not colon or not name.strip():
@@ -324,6 +336,10 @@ async def op_discover(client: Client, step: dict[str, Any]) -> Any:
     return await client.session.send_discover(step.get("version", LATEST_MODERN_VERSION))
 
 
+async def op_set_level(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await client.set_logging_level(step["level"]))
+
+
 async def op_sleep(client: Client, step: dict[str, Any]) -> Any:
     await anyio.sleep(float(step.get("seconds", 0)))
     return {}
@@ -385,11 +401,22 @@ async def op_wait_notification(client: Client, step: dict[str, Any]) -> Any:
     return {"timedOut": True, "method": method}
 
 
+async def op_wait_logs(client: Client, step: dict[str, Any]) -> Any:
+    logs: list[dict[str, Any]] = step["_logs"]
+    want = int(step["count"])
+    with anyio.move_on_after(float(step.get("timeout", 10))):
+        while len(logs) < want:
+            await anyio.sleep(0.02)
+        return {"count": len(logs)}
+    return {"timedOut": True, "count": len(logs)}
+
+
 REQUIRED_STRING = {
     "call_tool": "name",
     "read_resource": "uri",
     "get_prompt": "name",
     "wait_notification": "method",
+    "set_level": "level",
 }
 
 OPS = {
@@ -405,8 +432,10 @@ OPS = {
     "ping": op_ping,
     "discover": op_discover,
     "sleep": op_sleep,
+    "set_level": op_set_level,
     "listen": op_listen,
     "wait_notification": op_wait_notification,
+    "wait_logs": op_wait_logs,
 }
 
 
@@ -517,6 +546,7 @@ async def connect(
     elicitations: list[dict[str, Any]],
     samplings: list[dict[str, Any]] | None = None,
     notifications: Notifications | None = None,
+    logs: list[dict[str, Any]] | None = None,
 ) -> Client:
     era = opts["era"]
     # legacy: initialize handshake at 2025-11-25 (LATEST_HANDSHAKE_VERSION);
@@ -541,6 +571,8 @@ async def connect(
         elicitation_callback=elicitation_callback(opts, elicitations) if opts["elicit"] else None,
         sampling_callback=sampling_callback(opts, samplings if samplings is not None else []) if opts["sample"] else None,
         message_handler=notification_handler(notifications) if notifications is not None else None,
+        logging_callback=logging_callback(logs) if logs is not None else None,
+        log_level=opts["log_level"],
     )
     try:
         await stack.enter_async_context(client)
@@ -564,6 +596,13 @@ def notification_handler(notifications: Notifications) -> Any:
     return handler
 
 
+def logging_callback(logs: list[dict[str, Any]]) -> Any:
+    async def callback(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append({"level": params.level, "logger": params.logger, "data": params.data})
+
+    return callback
+
+
 def server_info(client: Client) -> Any:
     info = client.server_info
     return None if info is None else {"name": info.name, "version": info.version}
@@ -582,8 +621,12 @@ async def run(opts: dict[str, Any]) -> dict[str, Any]:
     if any(step["op"] in ("listen", "wait_notification") for step in opts["script"]):
         notifications = Notifications()
         out["notifications"] = notifications.methods
+    logs = None
+    if opts["log_level"] is not None or any(step["op"] in ("set_level", "wait_logs") for step in opts["script"]):
+        logs = []
+        out["logs"] = logs
     async with AsyncExitStack() as stack:
-        client = await connect(stack, opts, elicitations, samplings, notifications)
+        client = await connect(stack, opts, elicitations, samplings, notifications, logs)
         out["era"] = client.protocol_version
         out["server"] = server_info(client)
         if notifications is not None:
@@ -593,6 +636,8 @@ async def run(opts: dict[str, Any]) -> dict[str, Any]:
         for i, step in enumerate(opts["script"]):
             if notifications is not None:
                 step["_notifications"] = notifications
+            if logs is not None:
+                step["_logs"] = logs
             try:
                 steps.append(await OPS[step["op"]](client, step))
             except Exception as e:  # MCP errors and client-side rejections are data

@@ -21,6 +21,9 @@
 //! [`relay`]; list changes reach legacy sessions (from `on_initialized`) and 2026-07-28
 //! `subscriptions/listen` streams through `changes`.
 
+// Logging is deprecated by SEP-2577 but still part of every revision mcpgw serves.
+#![allow(deprecated)]
+
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -32,8 +35,9 @@ use rmcp::{
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequest,
         ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
-        InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+        InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
+        ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscriptionFilter, Tool,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -54,6 +58,10 @@ use crate::{
 pub struct Front {
     gateway: Arc<Gateway>,
     logins: Arc<Logins>,
+    /// What this legacy session set with `logging/setLevel`; `None` until it does, and until
+    /// then it gets no log messages (the spec lets a server pick its default; silence is the
+    /// one that cannot flood a client that never asked).
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
 }
 
 /// How a sign-in reaches the person behind one `tools/call`.
@@ -221,7 +229,11 @@ enum Attempt {
 impl Front {
     /// A handler on `gateway`; `logins` starts sign-ins and takes the browser's return.
     pub fn new(gateway: Arc<Gateway>, logins: Arc<Logins>) -> Self {
-        Self { gateway, logins }
+        Self {
+            gateway,
+            logins,
+            log_level: Arc::default(),
+        }
     }
 
     /// The tools `access`'s principal sees in its exposure mode.
@@ -1123,6 +1135,7 @@ impl ServerHandler for Front {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
@@ -1186,6 +1199,28 @@ impl ServerHandler for Front {
         crate::surface::requests::complete(&self.gateway, request, &context).await
     }
 
+    /// `logging/setLevel`: the level of the upstreams' log messages relayed to this session's
+    /// calls (see [`relay`]). 2026-07-28 removed the method (a request names its level in
+    /// `_meta`), so such a request gets `-32601` as for any unknown method.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
+        {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "logging/setLevel",
+                None,
+            ));
+        }
+        *lock(&self.log_level) = Some(request.level);
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -1211,7 +1246,7 @@ impl ServerHandler for Front {
     ) -> Result<CallToolResponse, McpError> {
         let principal = Principal::of(&context.extensions);
         let call = Call {
-            caller: relay::Caller::of(&request, &context, &principal),
+            caller: relay::Caller::of(&request, &context, &principal, *lock(&self.log_level)),
             access: self.gateway.access(principal),
             handoff: Handoff::of(&request, &context),
             ask: Asker::of(&request, &context),

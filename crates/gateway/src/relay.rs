@@ -4,6 +4,12 @@
 //! - **Progress.** When the client's `tools/call` carries a progress token, the upstream's
 //!   `notifications/progress` for the upstream request (sent with a token of rmcp's own) are
 //!   relayed with the client's token, in order.
+//! - **Log messages.** The upstream's `notifications/message` during the call reach a client
+//!   that asked for logs (a legacy session's `logging/setLevel`, a 2026-07-28 request's
+//!   `_meta` log level) at that level or more severe, with `logger` as `SERVER` or
+//!   `SERVER/LOGGER`, so the client knows which server spoke. A client that asked for none
+//!   gets none. The level also goes upstream in the call's `_meta` (a 2026-07-28 server logs
+//!   only then).
 //! - **Cancellation.** A client's `notifications/cancelled` (or, for a 2026-07-28 HTTP client,
 //!   closing the request's stream) cancels the upstream request; so does the gateway's timeout.
 //! - **Requests from a legacy upstream** (`elicitation/create`, `sampling/createMessage`): a
@@ -41,7 +47,8 @@ use rmcp::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities,
         CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitRequestParams,
         ElicitResult, InputRequest, InputRequiredResult, InputResponses, ListRootsResult,
-        ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+        ProtocolVersion,
     },
     service::{RequestContext, ServiceError},
 };
@@ -65,6 +72,8 @@ pub(crate) const PARK_TTL: Duration = Duration::from_secs(10 * 60);
 pub(crate) const MAX_INPUT_ROUNDS: usize = 10;
 /// Progress notifications buffered per call; beyond, they are dropped rather than stall.
 const PROGRESS_BUFFER: usize = 64;
+/// Log messages buffered per call; beyond, they are dropped rather than stall.
+const LOG_BUFFER: usize = 64;
 
 /// The client behind one `tools/call`, and how to reach it.
 pub(crate) struct Caller {
@@ -72,6 +81,8 @@ pub(crate) struct Caller {
     capabilities: ClientCapabilities,
     modern: bool,
     progress_token: Option<ProgressToken>,
+    /// The least severe log messages this client wants; `None`: no log messages at all.
+    log_level: Option<LoggingLevel>,
     ct: CancellationToken,
     /// The tool name as the client called it (`call_tool` in search mode) and who called: a
     /// parked call is resumed only by the same principal calling the same name.
@@ -82,18 +93,27 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// The caller of `request`; `session_level` is what a legacy session set with
+    /// `logging/setLevel` (a 2026-07-28 request names its own level in `_meta`).
     pub(crate) fn of(
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
         principal: &Principal,
+        session_level: Option<LoggingLevel>,
     ) -> Self {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
         Self {
             peer: context.peer.clone(),
             capabilities: context.client_capabilities().unwrap_or_default(),
-            modern: context
-                .protocol_version()
-                .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28),
+            modern,
             progress_token: context.meta.get_progress_token(),
+            log_level: if modern {
+                context.meta.log_level()
+            } else {
+                session_level
+            },
             ct: context.ct.clone(),
             name: request.name.to_string(),
             principal: principal.id(),
@@ -136,6 +156,13 @@ impl Caller {
         }
     }
 
+    async fn log(&self, server: &str, mut message: LoggingMessageNotificationParam) {
+        message.logger = Some(logger_name(server, message.logger.as_deref()));
+        if let Err(error) = self.peer.notify_logging_message(message).await {
+            tracing::debug!(%error, "could not relay a log message to the client");
+        }
+    }
+
     /// Asks this (legacy) client on its session.
     async fn answer(&self, ask: Ask) -> Result<Answer, McpError> {
         let answered = async {
@@ -169,6 +196,14 @@ impl Caller {
     }
 }
 
+/// The `logger` a client sees for a message of `server`'s: the server's name first.
+fn logger_name(server: &str, logger: Option<&str>) -> String {
+    match logger {
+        Some(logger) if !logger.is_empty() => format!("{server}/{logger}"),
+        _ => server.to_owned(),
+    }
+}
+
 fn client_failed(error: ServiceError) -> McpError {
     match error {
         ServiceError::McpError(error) => error,
@@ -199,7 +234,13 @@ pub(crate) async fn call(
 ) -> Relayed {
     let mut retry = caller.upstream_retry(server.name());
     for _ in 0..MAX_INPUT_ROUNDS {
-        let running = Running::start(server.clone(), tool, arguments.clone(), retry.take());
+        let running = Running::start(
+            server.clone(),
+            tool,
+            arguments.clone(),
+            retry.take(),
+            caller.log_level,
+        );
         let input = match drive(gateway, running, caller, || lock(audit).take()).await {
             Driven::Done(Ok(CallToolResponse::InputRequired(input))) => input,
             Driven::Done(other) => return Relayed::Done(other),
@@ -317,6 +358,7 @@ struct Running {
     server: Arc<Server>,
     task: JoinHandle<Result<CallToolResponse, UpstreamError>>,
     progress: mpsc::Receiver<Progress>,
+    logs: mpsc::Receiver<LoggingMessageNotificationParam>,
     asks: mpsc::Receiver<Asked>,
     /// Cancels the upstream request; also when this is dropped.
     cancel: CancellationToken,
@@ -333,8 +375,10 @@ impl Running {
         tool: &str,
         arguments: Option<Map<String, Value>>,
         retry: Option<(InputResponses, Option<String>)>,
+        log_level: Option<LoggingLevel>,
     ) -> Self {
         let (progress_tx, progress) = mpsc::channel(PROGRESS_BUFFER);
+        let (logs_tx, logs) = mpsc::channel(LOG_BUFFER);
         let (asks_tx, asks) = mpsc::channel(1);
         let cancel = CancellationToken::new();
         let (input_responses, request_state) = match retry {
@@ -347,6 +391,7 @@ impl Running {
             ct: cancel.clone(),
             input_responses,
             request_state,
+            logs: log_level.map(|level| (level, logs_tx)),
         };
         let task = {
             let server = server.clone();
@@ -357,18 +402,20 @@ impl Running {
             server,
             task,
             progress,
+            logs,
             asks,
             cancel,
         }
     }
 
-    /// Relays progress to `caller` until the call ends or asks something. A cancelled caller
+    /// Relays progress and log messages to `caller` until the call ends or asks something. A cancelled caller
     /// cancels the upstream call.
     async fn next(&mut self, caller: &Caller) -> Step {
         loop {
             tokio::select! {
                 biased;
                 Some(progress) = self.progress.recv() => caller.progress(progress).await,
+                Some(message) = self.logs.recv() => caller.log(self.server.name(), message).await,
                 Some(asked) = self.asks.recv() => return Step::Asked(asked),
                 () = caller.ct.cancelled() => {
                     self.cancel.cancel();
@@ -380,6 +427,9 @@ impl Running {
                     // Progress sent just before the result goes first.
                     while let Ok(progress) = self.progress.try_recv() {
                         caller.progress(progress).await;
+                    }
+                    while let Ok(message) = self.logs.try_recv() {
+                        caller.log(self.server.name(), message).await;
                     }
                     return Step::Done(joined.unwrap_or_else(|error| Err(UpstreamError::Protocol {
                         server: self.server.name().to_owned(),

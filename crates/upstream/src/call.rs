@@ -12,6 +12,10 @@
 //!    it is refused with a JSON-RPC error, since answering for the wrong user would be worse.
 //!
 //! Progress notifications are routed by the progress token rmcp puts on every request it sends.
+//! Log messages (`notifications/message`) carry no token, and rmcp does not say which stream a
+//! notification arrived on: one belongs to the only call in flight on the server's sessions, if
+//! that call asked for logs at or below the message's level; with none or several it belongs to
+//! no call (and goes to mcpgw's own log at debug level).
 //! `roots/list` is answered by the handler itself (an empty list): a session shared by many
 //! clients cannot present one client's roots as everyone's.
 
@@ -28,12 +32,14 @@ use rmcp::{
     ErrorData as McpError, RoleClient,
     model::{
         CancelledNotificationParam, CreateMessageRequestParams, CreateMessageResult,
-        ElicitRequestParams, ElicitResult, ErrorCode, InputResponses, ProgressNotificationParam,
-        ProgressToken, RequestId,
+        ElicitRequestParams, ElicitResult, ErrorCode, InputResponses, LoggingLevel,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
     },
     service::{InboundStreamOrigin, Peer},
 };
 use tokio::sync::{mpsc, oneshot};
+
+use crate::ordered::Backlog;
 use tokio_util::sync::CancellationToken;
 
 /// How the caller of [`crate::Server::call_tool_with`] takes part in the call. The default
@@ -54,6 +60,10 @@ pub struct CallOptions {
     pub input_responses: Option<InputResponses>,
     /// A retry after an `input_required` result: the server's `requestState`, unchanged.
     pub request_state: Option<String>,
+    /// Receives the server's log messages during this call at `.0` or more severe; `.0` also
+    /// goes out as the request's `_meta` log level (a 2026-07-28 server logs only then).
+    /// Full channels drop messages rather than stall.
+    pub logs: Option<(LoggingLevel, mpsc::Sender<LoggingMessageNotificationParam>)>,
 }
 
 /// One progress notification of a call, without the upstream's token.
@@ -89,6 +99,9 @@ pub struct Asked {
 #[derive(Default)]
 pub(crate) struct InFlight {
     inner: Mutex<Calls>,
+    /// Progress and log messages received and handled, so a result follows them (see
+    /// [`crate::ordered`]).
+    pub(crate) backlog: Arc<Backlog>,
 }
 
 #[derive(Default)]
@@ -103,6 +116,7 @@ struct Entry {
     progress: Option<mpsc::Sender<Progress>>,
     last_progress: Option<f64>,
     asks: Option<mpsc::Sender<Asked>>,
+    logs: Option<(LoggingLevel, mpsc::Sender<LoggingMessageNotificationParam>)>,
     activity: Arc<Activity>,
 }
 
@@ -177,6 +191,7 @@ impl InFlight {
                 progress: options.progress.clone(),
                 last_progress: None,
                 asks: options.asks.clone(),
+                logs: options.logs.clone(),
                 activity: activity.clone(),
             },
         );
@@ -214,6 +229,22 @@ impl InFlight {
                 total: params.total,
                 message: params.message.clone(),
             });
+        }
+        true
+    }
+
+    /// Hands one log message to the call it belongs to (see the module docs); false when it
+    /// belongs to none. A call that asked for no logs, or for more severe ones, drops it.
+    pub(crate) fn log(&self, params: &LoggingMessageNotificationParam) -> bool {
+        let inner = lock(&self.inner);
+        let mut sent = inner.calls.values().filter(|entry| entry.request.is_some());
+        let (Some(entry), None) = (sent.next(), sent.next()) else {
+            return false;
+        };
+        if let Some((level, sink)) = &entry.logs
+            && severity(params.level) >= severity(*level)
+        {
+            let _ = sink.try_send(params.clone());
         }
         true
     }
@@ -286,6 +317,20 @@ impl InFlight {
         };
         activity.asking(false);
         outcome
+    }
+}
+
+/// The rank of `level`, least severe first (RFC 5424 order, as MCP's).
+pub(crate) fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
     }
 }
 
@@ -386,6 +431,41 @@ mod tests {
             !registry.progress(&progress(7, 9.0)),
             "unregistered on drop"
         );
+    }
+
+    #[test]
+    fn log_messages_reach_the_only_call_at_its_level() {
+        let registry = InFlight::default();
+        let (tx, mut rx) = mpsc::channel(8);
+        let log = |level| LoggingMessageNotificationParam::new(level, "note".into());
+        assert!(
+            !registry.log(&log(LoggingLevel::Error)),
+            "no call in flight"
+        );
+        let call = registry.register(&CallOptions {
+            logs: Some((LoggingLevel::Warning, tx)),
+            ..CallOptions::default()
+        });
+        assert!(!registry.log(&log(LoggingLevel::Error)), "not sent yet");
+        call.sent(RequestId::Number(1), token(1));
+        for level in [
+            LoggingLevel::Info,
+            LoggingLevel::Warning,
+            LoggingLevel::Emergency,
+        ] {
+            assert!(registry.log(&log(level)));
+        }
+        let seen: Vec<LoggingLevel> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|m| m.level)
+            .collect();
+        assert_eq!(seen, [LoggingLevel::Warning, LoggingLevel::Emergency]);
+        let other = registry.register(&CallOptions::default());
+        other.sent(RequestId::Number(2), token(2));
+        assert!(
+            !registry.log(&log(LoggingLevel::Error)),
+            "two calls: nobody can tell whose"
+        );
+        assert!(rx.try_recv().is_err());
     }
 
     #[test]

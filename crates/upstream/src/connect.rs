@@ -62,6 +62,7 @@ use crate::{
     Era, ListKind, ToolsChanged, UpstreamError,
     call::{Answer, Ask, InFlight},
     oauth::{AuthError, AuthorizedClient},
+    ordered::Counted,
     sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
     stdio,
 };
@@ -73,7 +74,8 @@ use crate::{
 /// call it belongs to (see [`crate::call`]); a client without the capability gets the server
 /// a `-32601` error naming it. Roots are not declared, and `roots/list` gets an empty list:
 /// one client's roots must not become every client's. Pings are answered (rmcp's default).
-/// Log messages (`notifications/message`) go to mcpgw's log at debug level.
+/// Log messages (`notifications/message`) during a call go to its caller, if it asked for
+/// them (see [`crate::call`]); others go to mcpgw's log at debug level.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
     server: String,
@@ -147,6 +149,7 @@ impl ClientHandler for UpstreamClient {
         if !self.calls.progress(&params) {
             tracing::debug!(server = %self.server, token = ?params.progress_token, "progress for no call in flight");
         }
+        self.calls.backlog.handled();
     }
 
     async fn on_logging_message(
@@ -154,7 +157,10 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message");
+        if !self.calls.log(&params) {
+            tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message outside a call");
+        }
+        self.calls.backlog.handled();
     }
 
     async fn create_elicitation(
@@ -326,6 +332,7 @@ async fn connect_with(
     max_response_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
+    let backlog = handler.calls.backlog.clone();
     let mut oversized = None;
     if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
         &config.transport
@@ -337,7 +344,7 @@ async fn connect_with(
     }
     let session = match &config.transport {
         config::Transport::Stdio(stdio_config) => {
-            let child = stdio::spawn(&server, stdio_config)?;
+            let child = Counted::new(stdio::spawn(&server, stdio_config)?, backlog);
             serve_client_with_lifecycle(handler, child, lifecycle).await
         }
         config::Transport::Http(http_config) => {
@@ -353,18 +360,24 @@ async fn connect_with(
             transport_config.max_sse_event_size = max_response_bytes;
             match oauth {
                 Some(client) => {
-                    let transport = StreamableHttpClientTransport::with_client(
-                        client.clone(),
-                        transport_config,
+                    let transport = Counted::new(
+                        StreamableHttpClientTransport::with_client(
+                            client.clone(),
+                            transport_config,
+                        ),
+                        backlog,
                     );
                     serve_client_with_lifecycle(handler, transport, lifecycle).await
                 }
                 None => {
                     let client =
                         http_client(policy.clone()).map_err(|e| client_error(&server, &e))?;
-                    let transport = StreamableHttpClientTransport::with_client(
-                        crate::http::SessionAwareClient::new(client),
-                        transport_config,
+                    let transport = Counted::new(
+                        StreamableHttpClientTransport::with_client(
+                            crate::http::SessionAwareClient::new(client),
+                            transport_config,
+                        ),
+                        backlog,
                     );
                     serve_client_with_lifecycle(handler, transport, lifecycle).await
                 }
@@ -393,7 +406,7 @@ async fn connect_with(
                     })
             })?;
             oversized = Some(transport.oversized());
-            serve_client_with_lifecycle(handler, transport, lifecycle).await
+            serve_client_with_lifecycle(handler, Counted::new(transport, backlog), lifecycle).await
         }
     };
     let session = session.map_err(|e| classify_init_error(config, e))?;

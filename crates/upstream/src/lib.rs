@@ -41,6 +41,7 @@ mod connect;
 mod error;
 mod http;
 pub mod oauth;
+mod ordered;
 mod server;
 pub mod sse;
 mod stdio;

@@ -273,6 +273,10 @@ impl Server {
             params.arguments = arguments.clone();
             params.input_responses = options.input_responses.clone();
             params.request_state = options.request_state.clone();
+            // A legacy server ignores the key; a 2026-07-28 one logs only when it is there.
+            if let Some((level, _)) = &options.logs {
+                params.meta.get_or_insert_default().set_log_level(*level);
+            }
             let calls = calls.clone();
             let options = options.clone();
             async move { call_once(&session, &calls, params, &options, idle).await }
@@ -698,12 +702,8 @@ async fn call_once(
         }
     };
     cancel.disarm();
-    // rmcp hands each notification to a task of its own, spawned before the response that
-    // follows it is delivered: let the progress sent just before the result reach the caller
-    // first (best effort; such tasks run before a yielded one).
-    for _ in 0..4 {
-        tokio::task::yield_now().await;
-    }
+    // The progress and log messages sent before the result reach the caller first.
+    calls.backlog.settle(calls.backlog.received()).await;
     call_tool_response(result?)
 }
 

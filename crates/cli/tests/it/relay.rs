@@ -1,9 +1,9 @@
 //! The protocol beyond request and result, through the gateway, with the real Python MCP client
 //! in both eras: progress, elicitation and sampling of a legacy upstream (server-everything over
 //! stdio), questions of a 2026-07-28 upstream (`input_required`), cancellation (a client's, and
-//! the gateway's own timeout) reaching the upstream, and list changes reaching connected
-//! clients and search. `tests/fixtures/relay_server.py` leaves traces (files) for what only the
-//! upstream can see.
+//! the gateway's own timeout) reaching the upstream, list changes reaching connected clients
+//! and search, and upstream log messages reaching the caller at its level.
+//! `tests/fixtures/relay_server.py` leaves traces (files) for what only the upstream can see.
 
 use std::{path::Path, time::Duration};
 
@@ -206,6 +206,84 @@ fn questions_of_a_modern_upstream_reach_clients_of_both_eras() {
         result_text(step).contains("which this client does not support"),
         "{report}"
     );
+}
+
+/// The `(level, logger, data)` of each log message a client got.
+fn logs(report: &Value) -> Vec<(String, String, String)> {
+    let field = |log: &Value, key: &str| log[key].as_str().unwrap_or("-").to_owned();
+    report["logs"]
+        .as_array()
+        .expect("logs recorded")
+        .iter()
+        .map(|log| {
+            (
+                field(log, "level"),
+                field(log, "logger"),
+                field(log, "data"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn upstream_log_messages_reach_the_caller_at_its_level_only() {
+    let traces = tempfile::tempdir().expect("tempdir");
+    let gateway = Gateway::start(write_config(&format!(
+        "{PASSTHROUGH}{}",
+        relay_server("relay", traces.path(), "")
+    )));
+    let chatty = json!({"op": "call_tool", "name": "relay__chatty", "arguments": {}});
+    let owned = |(level, logger, data): (&str, &str, &str)| {
+        (level.to_owned(), logger.to_owned(), data.to_owned())
+    };
+    // Legacy: nothing before `logging/setLevel`, then `info` and above, named by server.
+    // rmcp sends a legacy session's log messages on its GET stream, which is not ordered
+    // with the call's response: wait for the two expected (any earlier ones would come first).
+    let report = client(
+        &gateway,
+        &[],
+        "legacy",
+        json!([chatty, {"op": "set_level", "level": "info"}, chatty, {"op": "wait_logs", "count": 2}]),
+    );
+    assert_eq!(report["steps"][3], json!({"count": 2}), "{report}");
+    assert!(
+        result_text(&report["steps"][0]).ends_with("chatted"),
+        "{report}"
+    );
+    assert_eq!(report["steps"][1], json!({}), "{report}");
+    assert_eq!(
+        logs(&report),
+        [
+            ("info", "relay/chatty", "info note"),
+            ("warning", "relay", "warning note")
+        ]
+        .map(owned),
+        "{report}"
+    );
+    // 2026-07-28: the request's `_meta` level; `logging/setLevel` is gone.
+    let report = client(
+        &gateway,
+        &["--log-level", "warning"],
+        "modern",
+        json!([chatty, {"op": "set_level", "level": "debug"}]),
+    );
+    assert!(
+        result_text(&report["steps"][0]).ends_with("chatted"),
+        "{report}"
+    );
+    assert_eq!(report["steps"][1]["error"]["code"], -32601, "{report}");
+    assert_eq!(
+        logs(&report),
+        [("warning", "relay", "warning note")].map(owned),
+        "{report}"
+    );
+    let report = client(
+        &gateway,
+        &[],
+        "modern",
+        json!([chatty, {"op": "set_level", "level": "debug"}]),
+    );
+    assert_eq!(logs(&report), [], "no level, no logs: {report}");
 }
 
 #[test]
