@@ -75,6 +75,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types.version import LATEST_MODERN_VERSION
 
 USAGE = (
@@ -327,6 +328,14 @@ async def op_list_pages(client: Client, step: dict[str, Any]) -> Any:
     return pages
 
 
+async def op_subscribe(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await client.subscribe_resource(step["uri"]))  # legacy only
+
+
+async def op_unsubscribe(client: Client, step: dict[str, Any]) -> Any:
+    return dump(await client.unsubscribe_resource(step["uri"]))  # legacy only
+
+
 async def op_ping(client: Client, step: dict[str, Any]) -> Any:
     await client.session.send_ping()  # removed in 2026-07-28: a modern peer answers with an error
     return {}
@@ -350,13 +359,17 @@ class Notifications:
 
     def __init__(self) -> None:
         self.methods: list[str] = []
+        # The URI of every notifications/resources/updated, in arrival order.
+        self.updated: list[str] = []
         self.waited: dict[str, int] = {}
         self.changed = anyio.Event()
         self.task_group: Any = None
 
-    def record(self, method: str | None) -> None:
+    def record(self, method: str | None, uri: str | None = None) -> None:
         if method is None:
             return
+        if uri is not None:
+            self.updated.append(uri)
         self.methods.append(method)
         self.changed.set()
         self.changed = anyio.Event()
@@ -377,12 +390,15 @@ async def op_listen(client: Client, step: dict[str, Any]) -> Any:
 
     async def listen() -> None:
         async with client.listen(
-            tools_list_changed=True, prompts_list_changed=True, resources_list_changed=True
+            tools_list_changed=True,
+            prompts_list_changed=True,
+            resources_list_changed=True,
+            resource_subscriptions=step.get("resources", ()),
         ) as subscription:
             honored.update(dump(subscription.honored))
             opened.set()
             async for event in subscription:
-                notes.record(LISTEN_EVENTS.get(type(event).__name__, type(event).__name__))
+                notes.record(LISTEN_EVENTS.get(type(event).__name__, type(event).__name__), getattr(event, "uri", None))
 
     notes.task_group.start_soon(listen)
     await opened.wait()
@@ -392,6 +408,12 @@ async def op_listen(client: Client, step: dict[str, Any]) -> Any:
 async def op_wait_notification(client: Client, step: dict[str, Any]) -> Any:
     notes: Notifications = step["_notifications"]
     method = step["method"]
+    if "uri" in step:  # a resource update for this URI, however many came before
+        with anyio.move_on_after(float(step.get("timeout", 10))):
+            while step["uri"] not in notes.updated:
+                await notes.changed.wait()
+            return {"method": method, "uri": step["uri"]}
+        return {"timedOut": True, "method": method, "uri": step["uri"]}
     want = notes.waited.get(method, 0) + 1
     with anyio.move_on_after(float(step.get("timeout", 10))):
         while notes.methods.count(method) < want:
@@ -414,6 +436,8 @@ async def op_wait_logs(client: Client, step: dict[str, Any]) -> Any:
 REQUIRED_STRING = {
     "call_tool": "name",
     "read_resource": "uri",
+    "subscribe": "uri",
+    "unsubscribe": "uri",
     "get_prompt": "name",
     "wait_notification": "method",
     "set_level": "level",
@@ -436,6 +460,8 @@ OPS = {
     "listen": op_listen,
     "wait_notification": op_wait_notification,
     "wait_logs": op_wait_logs,
+    "subscribe": op_subscribe,
+    "unsubscribe": op_unsubscribe,
 }
 
 
@@ -590,7 +616,15 @@ async def connect(
 def notification_handler(notifications: Notifications) -> Any:
     async def handler(message: Any) -> None:
         if not isinstance(message, Exception):
-            notifications.record(getattr(message, "method", None))
+            method = getattr(message, "method", None)
+            params = getattr(message, "params", None)
+            meta = getattr(params, "meta", None) or {}
+            if SUBSCRIPTION_ID_META_KEY in meta:
+                # A listen stream's event: the SDK tees it here too; `listen` records it.
+                await anyio.lowlevel.checkpoint()
+                return
+            uri = getattr(params, "uri", None) if method == "notifications/resources/updated" else None
+            notifications.record(method, None if uri is None else str(uri))
         await anyio.lowlevel.checkpoint()
 
     return handler
@@ -618,9 +652,10 @@ async def run(opts: dict[str, Any]) -> dict[str, Any]:
     if opts["sample"]:
         out["samplings"] = samplings
     notifications = None
-    if any(step["op"] in ("listen", "wait_notification") for step in opts["script"]):
+    if any(step["op"] in ("listen", "wait_notification", "subscribe") for step in opts["script"]):
         notifications = Notifications()
         out["notifications"] = notifications.methods
+        out["updated"] = notifications.updated
     logs = None
     if opts["log_level"] is not None or any(step["op"] in ("set_level", "wait_logs") for step in opts["script"]):
         logs = []

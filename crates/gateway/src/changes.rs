@@ -11,6 +11,13 @@
 //! changes to what it lists; a profile hides changes to tools it does not show). Resource and
 //! prompt list changes are passed on once the gateway has listed them again. Changes are
 //! coalesced: a burst within [`DEBOUNCE`] is one notification.
+//!
+//! Resource subscriptions ride on the same listeners: a legacy session's `resources/subscribe`
+//! and a listen stream's `resourceSubscriptions` each hold one subscription on the owning
+//! upstream ([`upstream::Server::subscribe_resource`], counted there), released when the client
+//! unsubscribes, its stream ends or its session is found closed. An upstream's
+//! `notifications/resources/updated` reaches, under the URI the client subscribed to, exactly the
+//! listeners holding that resource on that upstream session (same server, same principal).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -21,7 +28,7 @@ use std::{
 
 use rmcp::{Peer, RoleServer, service::SubscriptionSink};
 use tokio::sync::mpsc;
-use upstream::ListKind;
+use upstream::{ListKind, ResourceUpdated, Server};
 
 use crate::{Gateway, Principal};
 
@@ -46,6 +53,28 @@ struct Listener {
     /// The fingerprint of the tool list this client was last told of; `None` when it does not
     /// want to hear about tools.
     tools: Option<u64>,
+    /// The resources this client subscribed to, by the URI it knows.
+    resources: HashMap<String, Held>,
+}
+
+/// One subscription held on an upstream for a client.
+pub(crate) struct Held {
+    pub(crate) upstream: Arc<Server>,
+    /// The resource's URI on the upstream.
+    pub(crate) original: String,
+}
+
+impl Held {
+    /// Gives the subscription back to the upstream (in the background).
+    fn release(self) {
+        tokio::spawn(async move { self.upstream.unsubscribe_resource(&self.original).await });
+    }
+
+    fn matches(&self, update: &ResourceUpdated) -> bool {
+        self.original == update.uri
+            && self.upstream.name() == update.server
+            && self.upstream.principal() == update.principal
+    }
 }
 
 #[derive(Clone)]
@@ -84,27 +113,99 @@ impl Listeners {
             target: Target::Session(peer),
             principal,
             tools,
+            resources: HashMap::new(),
         })
     }
 
-    /// Adds a `subscriptions/listen` stream; remove it with [`Listeners::remove`] when it ends.
+    /// Adds a `subscriptions/listen` stream, holding the subscriptions in `resources`; remove
+    /// it with [`Listeners::remove`] when it ends.
     pub(crate) fn add_subscription(
         &self,
         gateway: &Arc<Gateway>,
         sink: SubscriptionSink,
         principal: Principal,
         tools: bool,
+        resources: HashMap<String, Held>,
     ) -> u64 {
         let tools = tools.then(|| fingerprint(gateway, &principal));
         self.add(Listener {
             target: Target::Subscription(sink),
             principal,
             tools,
+            resources,
         })
     }
 
+    /// Removes a listener and gives back the subscriptions it held.
     pub(crate) fn remove(&self, id: u64) {
-        lock(&self.inner).listeners.remove(&id);
+        let removed = lock(&self.inner).listeners.remove(&id);
+        if let Some(listener) = removed {
+            listener.resources.into_values().for_each(Held::release);
+        }
+    }
+
+    /// Records that listener `id` holds a subscription to `shown`. When it is unknown (a
+    /// session that never initialized, or is gone) or already holds one, `held` is given back
+    /// at once; the answer says whether it was kept.
+    pub(crate) fn hold(&self, id: Option<u64>, shown: String, held: Held) -> bool {
+        let mut inner = lock(&self.inner);
+        let listener = id.and_then(|id| inner.listeners.get_mut(&id));
+        match listener {
+            Some(listener) if !listener.resources.contains_key(&shown) => {
+                listener.resources.insert(shown, held);
+                true
+            }
+            _ => {
+                drop(inner);
+                held.release();
+                false
+            }
+        }
+    }
+
+    /// Listener `id` no longer wants `shown`; false when it held no such subscription.
+    pub(crate) fn unhold(&self, id: Option<u64>, shown: &str) -> bool {
+        let held = {
+            let mut inner = lock(&self.inner);
+            id.and_then(|id| inner.listeners.get_mut(&id))
+                .and_then(|listener| listener.resources.remove(shown))
+        };
+        held.map(Held::release).is_some()
+    }
+
+    /// Passes an upstream's resource update to the listeners holding that resource.
+    pub(crate) fn resource_updated(&self, update: &ResourceUpdated) {
+        let mut sends = Vec::new();
+        {
+            let mut inner = lock(&self.inner);
+            prune(&mut inner);
+            for listener in inner.listeners.values() {
+                for (shown, held) in &listener.resources {
+                    if held.matches(update) {
+                        sends.push((listener.target.clone(), shown.clone()));
+                    }
+                }
+            }
+        }
+        for (target, shown) in sends {
+            tokio::spawn(async move {
+                let sent = match &target {
+                    Target::Session(peer) => peer
+                        .notify_resource_updated(
+                            rmcp::model::ResourceUpdatedNotificationParam::new(shown),
+                        )
+                        .await
+                        .map_err(|error| error.to_string()),
+                    Target::Subscription(sink) => sink
+                        .notify_resource_updated(shown)
+                        .await
+                        .map_err(|error| error.to_string()),
+                };
+                if let Err(error) = sent {
+                    tracing::debug!(%error, "could not pass on a resource update");
+                }
+            });
+        }
     }
 
     fn add(&self, listener: Listener) -> u64 {
@@ -121,12 +222,7 @@ impl Listeners {
         let mut sends = Vec::new();
         {
             let mut inner = lock(&self.inner);
-            inner
-                .listeners
-                .retain(|_, listener| match &listener.target {
-                    Target::Session(peer) => !peer.is_transport_closed(),
-                    Target::Subscription(_) => true,
-                });
+            prune(&mut inner);
             for listener in inner.listeners.values_mut() {
                 let mut kinds = Vec::new();
                 if lists.contains(&ListKind::Tools)
@@ -181,6 +277,46 @@ async fn send(target: &Target, kind: ListKind) {
     };
     if let Err(error) = outcome {
         tracing::debug!(%error, ?kind, "could not notify a session");
+    }
+}
+
+/// Forgets closed sessions, giving back their subscriptions.
+fn prune(inner: &mut Inner) {
+    let closed: Vec<u64> = inner
+        .listeners
+        .iter()
+        .filter(|(_, listener)| match &listener.target {
+            Target::Session(peer) => peer.is_transport_closed(),
+            Target::Subscription(_) => false,
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    for id in closed {
+        if let Some(listener) = inner.listeners.remove(&id) {
+            listener.resources.into_values().for_each(Held::release);
+        }
+    }
+}
+
+/// Passes every upstream resource update on. Ends with the gateway.
+pub(crate) async fn deliver_updates(
+    gateway: Weak<Gateway>,
+    mut updates: tokio::sync::broadcast::Receiver<ResourceUpdated>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let update = match updates.recv().await {
+            Ok(update) => update,
+            Err(RecvError::Lagged(lost)) => {
+                tracing::warn!(lost, "resource updates were lost: too many at once");
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        gateway.listeners.resource_updated(&update);
     }
 }
 

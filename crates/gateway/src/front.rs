@@ -37,7 +37,7 @@ use rmcp::{
         ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
         InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
         ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscriptionFilter, Tool,
+        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -62,6 +62,9 @@ pub struct Front {
     /// then it gets no log messages (the spec lets a server pick its default; silence is the
     /// one that cannot flood a client that never asked).
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// This legacy session's entry among the change listeners, from its
+    /// `notifications/initialized` on; its resource subscriptions are held there.
+    listener: Arc<Mutex<Option<u64>>>,
 }
 
 /// How a sign-in reaches the person behind one `tools/call`.
@@ -233,6 +236,7 @@ impl Front {
             gateway,
             logins,
             log_level: Arc::default(),
+            listener: Arc::default(),
         }
     }
 
@@ -1305,34 +1309,110 @@ impl ServerHandler for Front {
     /// A legacy session starts listening for list changes (see `changes`).
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let principal = Principal::of(&context.extensions);
-        self.gateway
+        let id = self
+            .gateway
             .listeners
             .add_session(&self.gateway, context.peer, principal);
+        // A repeated `initialized` replaces the entry rather than leave one behind.
+        if let Some(old) = lock(&self.listener).replace(id) {
+            self.gateway.listeners.remove(old);
+        }
+    }
+
+    /// `resources/subscribe` (legacy sessions; 2026-07-28 names resources in
+    /// `subscriptions/listen`): `notifications/resources/updated` for this URI from now on.
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        if modern {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                "resources/subscribe: name the resource in subscriptions/listen",
+                None,
+            ));
+        }
+        let Some(listener) = *lock(&self.listener) else {
+            return Err(McpError::invalid_request(
+                "resources/subscribe before notifications/initialized",
+                None,
+            ));
+        };
+        let held = crate::surface::requests::hold_resource(
+            &self.gateway,
+            Principal::of(&context.extensions),
+            &request.uri,
+            false,
+        )
+        .await?;
+        // Subscribing twice is one subscription.
+        self.gateway
+            .listeners
+            .hold(Some(listener), request.uri, held);
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`; a URI this session did not subscribe to is no error.
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let listener = *lock(&self.listener);
+        self.gateway.listeners.unhold(listener, &request.uri);
+        Ok(())
     }
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         // rmcp narrows this to what was asked for and what `get_info` advertises.
-        Some(
-            SubscriptionFilter::builder()
-                .tools_list_changed()
-                .resources_list_changed()
-                .prompts_list_changed()
-                .build(),
-        )
+        let mut accepted = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .resources_list_changed()
+            .prompts_list_changed()
+            .build();
+        accepted
+            .resource_subscriptions
+            .clone_from(&requested.resource_subscriptions);
+        Some(accepted)
     }
 
     /// A 2026-07-28 `subscriptions/listen` stream: list changes until the client closes it.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let principal = Principal::of(&context.request_context().extensions);
         let tools = context.accepted().tools_list_changed == Some(true);
+        let mut resources = std::collections::HashMap::new();
+        for shown in context.accepted().resource_subscriptions.iter().flatten() {
+            // The stream is acknowledged already: a resource that cannot be subscribed to is
+            // left out (and said in the log), the others still work.
+            match crate::surface::requests::hold_resource(
+                &self.gateway,
+                principal.clone(),
+                shown,
+                true,
+            )
+            .await
+            {
+                Ok(held) => {
+                    resources.insert(shown.clone(), held);
+                }
+                Err(error) => {
+                    tracing::info!(uri = %shown, error = %error.message, "a listen stream's resource subscription failed");
+                }
+            }
+        }
         let id = self.gateway.listeners.add_subscription(
             &self.gateway,
             context.sink().clone(),
             principal,
             tools,
+            resources,
         );
         context.cancelled().await;
         self.gateway.listeners.remove(id);

@@ -187,6 +187,10 @@ impl Gateway {
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
         tokio::spawn(changes::deliver(Arc::downgrade(&gateway), announcements));
+        tokio::spawn(changes::deliver_updates(
+            Arc::downgrade(&gateway),
+            gateway.upstreams.resource_updates(),
+        ));
         gateway
     }
 

@@ -42,7 +42,8 @@ use rmcp::{
     model::{
         ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
         ElicitRequestParams, ElicitResult, Implementation, LoggingMessageNotificationParam,
-        ProgressNotificationParam, ProtocolVersion, ServerNotification, SubscriptionFilter,
+        ProgressNotificationParam, ProtocolVersion, ResourceUpdatedNotificationParam,
+        ServerNotification, SubscriptionFilter,
     },
     service::{
         ClientLifecycleMode, InboundStreamOrigin, NotificationContext, RequestContext,
@@ -56,10 +57,9 @@ use rmcp::{
     },
 };
 use secrecy::ExposeSecret;
-use tokio::sync::mpsc;
 
 use crate::{
-    Era, ListKind, ToolsChanged, UpstreamError,
+    Era, Events, ListKind, ResourceUpdated, ToolsChanged, UpstreamError,
     call::{Answer, Ask, InFlight},
     oauth::{AuthError, AuthorizedClient},
     ordered::Counted,
@@ -80,21 +80,17 @@ use crate::{
 pub(crate) struct UpstreamClient {
     server: String,
     principal: String,
-    changes: mpsc::UnboundedSender<ToolsChanged>,
+    events: Events,
     /// The tool calls in flight on this server's sessions, shared by every session it opens.
     pub(crate) calls: Arc<InFlight>,
 }
 
 impl UpstreamClient {
-    pub(crate) fn new(
-        server: String,
-        principal: String,
-        changes: mpsc::UnboundedSender<ToolsChanged>,
-    ) -> Self {
+    pub(crate) fn new(server: String, principal: String, events: Events) -> Self {
         Self {
             server,
             principal,
-            changes,
+            events,
             calls: Arc::new(InFlight::default()),
         }
     }
@@ -102,10 +98,21 @@ impl UpstreamClient {
     /// Reports that the server's `list` may have changed.
     pub(crate) fn changed(&self, list: ListKind) {
         tracing::debug!(server = %self.server, ?list, "upstream says a list changed");
-        let _ = self.changes.send(ToolsChanged {
+        let _ = self.events.changes.send(ToolsChanged {
             server: self.server.clone(),
             principal: self.principal.clone(),
             list,
+        });
+    }
+
+    /// Reports that the server says the resource `uri` changed.
+    pub(crate) fn updated(&self, uri: String) {
+        tracing::debug!(server = %self.server, %uri, "upstream says a resource changed");
+        // Nobody listening is not an error: the gateway may have no subscriber left.
+        let _ = self.events.updates.send(ResourceUpdated {
+            server: self.server.clone(),
+            principal: self.principal.clone(),
+            uri,
         });
     }
 }
@@ -139,6 +146,14 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.changed(ListKind::Prompts);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.updated(params.uri);
     }
 
     async fn on_progress(
@@ -242,6 +257,9 @@ pub(crate) fn listen_for_changes(session: &Session, handler: UpstreamClient) {
                 }
                 Ok(Some(ServerNotification::PromptListChangedNotification(_))) => {
                     handler.changed(ListKind::Prompts)
+                }
+                Ok(Some(ServerNotification::ResourceUpdatedNotification(updated))) => {
+                    handler.updated(updated.params.uri)
                 }
                 Ok(Some(_)) => {}
                 Ok(None) => break,
@@ -1011,8 +1029,11 @@ mod tests {
         let server = server(toml);
         let policy =
             Arc::new(policy.for_server(server.name.as_str(), server.allow_private_network));
-        let (changes, _) = mpsc::unbounded_channel();
-        let handler = UpstreamClient::new(server.name.to_string(), "local".to_owned(), changes);
+        let events = Events {
+            changes: tokio::sync::mpsc::unbounded_channel().0,
+            updates: tokio::sync::broadcast::channel(1).0,
+        };
+        let handler = UpstreamClient::new(server.name.to_string(), "local".to_owned(), events);
         match connect(&server, &policy, handler, None, None, 1024 * 1024).await {
             Ok(_) => panic!("connected"),
             Err(error) => error,

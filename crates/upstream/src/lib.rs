@@ -56,7 +56,7 @@ pub use call::{Answer, Ask, Asked, CallOptions, Progress};
 pub use error::UpstreamError;
 use oauth::OAuthStore;
 pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 /// The principal id of the person running mcpgw (stdio, the CLI, an open loopback listener):
 /// the one whose tokens the shared server of an OAuth upstream sends.
@@ -78,7 +78,7 @@ pub struct Upstreams {
     /// `local`, by principal id.
     principals: HashMap<String, Mutex<HashMap<String, Arc<Server>>>>,
     oauth: Option<OAuthStores>,
-    changes: mpsc::UnboundedSender<ToolsChanged>,
+    events: Events,
     max_response_bytes: usize,
 }
 
@@ -91,6 +91,28 @@ pub struct ToolsChanged {
     pub principal: String,
     /// Which list.
     pub list: ListKind,
+}
+
+/// Sent when a server says a resource someone subscribed to changed
+/// (`notifications/resources/updated`, on a legacy session or a 2026-07-28 listen stream).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceUpdated {
+    pub server: String,
+    /// The principal whose session said so ([`LOCAL_PRINCIPAL`] for a shared server).
+    pub principal: String,
+    /// The resource's URI as the server knows it.
+    pub uri: String,
+}
+
+/// Resource updates buffered for a slow reader of [`Upstreams::resource_updates`]; beyond,
+/// the oldest are lost (and the reader told).
+const UPDATES_BUFFER: usize = 256;
+
+/// Where a server's sessions report what changed.
+#[derive(Clone)]
+pub(crate) struct Events {
+    pub(crate) changes: mpsc::UnboundedSender<ToolsChanged>,
+    pub(crate) updates: broadcast::Sender<ResourceUpdated>,
 }
 
 /// The lists a server announces changes of.
@@ -115,6 +137,10 @@ impl Upstreams {
         oauth: Option<OAuthStores>,
     ) -> Self {
         let max_response_bytes = config.policy.limits.response_bytes;
+        let events = Events {
+            changes,
+            updates: broadcast::channel(UPDATES_BUFFER).0,
+        };
         let servers: Vec<Arc<Server>> = config
             .servers
             .iter()
@@ -125,7 +151,7 @@ impl Upstreams {
                     s.clone(),
                     LOCAL_PRINCIPAL,
                     policy,
-                    changes.clone(),
+                    events.clone(),
                     oauth.as_ref().map(|stores| stores(LOCAL_PRINCIPAL)),
                     max_response_bytes,
                 ))
@@ -140,9 +166,14 @@ impl Upstreams {
             servers,
             principals,
             oauth,
-            changes,
+            events,
             max_response_bytes,
         }
+    }
+
+    /// Every server's `notifications/resources/updated`, from now on.
+    pub fn resource_updates(&self) -> broadcast::Receiver<ResourceUpdated> {
+        self.events.updates.subscribe()
     }
 
     /// The shared server of each enabled server (for OAuth servers, the local principal's).
@@ -194,7 +225,7 @@ impl Upstreams {
             shared.config().clone(),
             principal,
             shared.policy().clone(),
-            self.changes.clone(),
+            self.events.clone(),
             self.oauth.as_ref().map(|stores| stores(principal)),
             self.max_response_bytes,
         ));

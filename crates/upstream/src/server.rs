@@ -14,10 +14,9 @@ use rmcp::{
     service::{PeerRequestOptions, ServiceError},
 };
 use serde::Serialize;
-use tokio::sync::mpsc;
 
 use crate::{
-    ToolsChanged, UpstreamError,
+    Events, UpstreamError,
     call::{CallOptions, CancelOnDrop, InFlight},
     connect::{self, Connected, Session, UpstreamClient},
     oauth::{
@@ -27,8 +26,10 @@ use crate::{
 };
 
 mod lists;
+mod subscriptions;
 
 pub use lists::Lists;
+use subscriptions::Subscriptions;
 
 /// Most pages fetched for one `tools/list`; real servers have been seen returning a cursor that
 /// never advances, which would otherwise loop forever.
@@ -115,6 +116,8 @@ pub struct Server {
     tools: Mutex<Option<(Instant, Arc<Vec<serde_json::Value>>)>>,
     /// The last good resource, template and prompt lists and when they were fetched.
     lists: Mutex<Option<(Instant, Arc<Lists>)>>,
+    /// The resources subscribed to (see `subscriptions`).
+    subscriptions: Mutex<Subscriptions>,
     activity: Mutex<Activity>,
 }
 
@@ -123,13 +126,13 @@ impl Server {
         config: config::ServerConfig,
         principal: &str,
         policy: Arc<Policy>,
-        changes: mpsc::UnboundedSender<ToolsChanged>,
+        events: Events,
         oauth_store: Option<Arc<dyn OAuthStore>>,
         max_response_bytes: usize,
     ) -> Self {
         let name = config.name.to_string();
         Self {
-            handler: UpstreamClient::new(name.clone(), principal.to_owned(), changes),
+            handler: UpstreamClient::new(name.clone(), principal.to_owned(), events),
             config,
             principal: principal.to_owned(),
             policy,
@@ -151,6 +154,7 @@ impl Server {
             }),
             tools: Mutex::new(None),
             lists: Mutex::new(None),
+            subscriptions: Mutex::default(),
             activity: Mutex::new(Activity {
                 busy: 0,
                 last: Instant::now(),
@@ -471,6 +475,7 @@ impl Server {
             session: session.clone(),
             oversized: connected.oversized,
         });
+        self.resubscribe(&session);
         Ok(session)
     }
 

@@ -388,3 +388,6 @@ pub fn result_text(result: &Value) -> String {
         })
         .unwrap_or_default()
 }
+
+/// A `[gateway]` table that passes the upstream tools through under their namespaced names.
+pub const PASSTHROUGH: &str = "[gateway]\nexposure = \"passthrough\"\n";

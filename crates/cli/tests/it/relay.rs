@@ -11,8 +11,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const PASSTHROUGH: &str = "[gateway]\nexposure = \"passthrough\"\n";
-
 /// TOML for the relay fixture under `name`, leaving its traces in `traces`, with `extra` lines.
 fn relay_server(name: &str, traces: &Path, extra: &str) -> String {
     format!(

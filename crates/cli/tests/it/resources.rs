@@ -40,6 +40,14 @@ fn strings(items: &Value, key: &str) -> Vec<String> {
         .collect()
 }
 
+fn uris(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("a list: {list}"))
+        .iter()
+        .filter_map(|uri| uri.as_str().map(str::to_owned))
+        .collect()
+}
+
 fn first_text(read: &Value) -> String {
     read["contents"][0]["text"]
         .as_str()
@@ -377,4 +385,82 @@ fn when_needed_in_front_of_one_server_shows_its_own_names() {
             steps[9]
         );
     }
+}
+
+/// A client subscribed to a resource hears of its changes under the URI it knows, whichever
+/// era the client and the upstream speak: server-everything is subscribed with
+/// `resources/subscribe` (and sends an update at once when `toggle-subscriber-updates` starts
+/// them, then every 5 s), the Python fixture through a `subscriptions/listen` stream naming the
+/// resource (its `touch` tool sends one).
+#[test]
+fn a_subscribed_client_hears_of_resource_updates_from_either_era() {
+    let config = write_config(&format!(
+        "{PASSTHROUGH}{}{}",
+        everything_stdio_server("everything"),
+        notes_server("notes"),
+    ));
+    let architecture = "mcpgw://everything/demo://resource/static/document/architecture.md";
+    let note = "mcpgw://notes/file:///notes/note-007.txt";
+    let updated = "notifications/resources/updated";
+    let gateway = Gateway::start(config);
+
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([
+            {"op": "subscribe", "uri": architecture},
+            {"op": "call_tool", "name": "everything__toggle-subscriber-updates", "arguments": {}},
+            {"op": "wait_notification", "method": updated, "uri": architecture},
+            {"op": "unsubscribe", "uri": architecture},
+            {"op": "subscribe", "uri": note},
+            {"op": "call_tool", "name": "notes__touch", "arguments": {"uri": "file:///notes/note-007.txt"}},
+            {"op": "wait_notification", "method": updated, "uri": note},
+            {"op": "subscribe", "uri": "mcpgw://nope/file:///a"},
+            {"op": "unsubscribe", "uri": "mcpgw://nope/file:///a"},
+        ]),
+    );
+    let steps = &report["steps"];
+    assert_eq!(steps[0], json!({}), "{report}");
+    assert_eq!(steps[2]["uri"], architecture, "{report}");
+    assert_eq!(steps[6]["uri"], note, "{report}");
+    let heard = uris(&report["updated"]);
+    assert_eq!(
+        heard.first().map(String::as_str),
+        Some(architecture),
+        "{report}"
+    );
+    assert!(heard.iter().any(|uri| uri == note), "{report}");
+    assert!(
+        heard.iter().all(|uri| uri == architecture || uri == note),
+        "{report}"
+    );
+    assert_eq!(error_code(&steps[7]), -32002, "unknown resource: {report}");
+    assert_eq!(steps[8], json!({}), "unsubscribing from nothing: {report}");
+
+    // 2026-07-28: the resources are named in `subscriptions/listen`; server-everything's
+    // updates keep coming every 5 s once started (above).
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "modern",
+        json!([
+            {"op": "listen", "resources": [note, architecture]},
+            {"op": "call_tool", "name": "notes__touch", "arguments": {"uri": "file:///notes/note-007.txt"}},
+            {"op": "wait_notification", "method": updated, "uri": note},
+            {"op": "wait_notification", "method": updated, "uri": architecture, "timeout": 12},
+        ]),
+    );
+    let steps = &report["steps"];
+    assert_eq!(
+        steps[0]["honored"]["resourceSubscriptions"],
+        json!([note, architecture]),
+        "{report}"
+    );
+    assert_eq!(steps[2]["uri"], note, "{report}");
+    assert_eq!(steps[3]["uri"], architecture, "{report}");
+    let heard = uris(&report["updated"]);
+    assert_eq!(
+        heard.iter().filter(|uri| *uri == note).count(),
+        1,
+        "one touch, one update: {report}"
+    );
 }

@@ -33,13 +33,15 @@ use serde::de::DeserializeOwned;
 use upstream::{Server, UpstreamError};
 
 use super::{PAGE_SIZE, Surface, page};
-use crate::{Access, Gateway, Principal};
+use crate::{Access, Gateway, Principal, changes::Held};
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.
 /// `listChanged`: an upstream's change rebuilds the snapshot, then clients are told (`changes`).
 pub(crate) fn declare(capabilities: &mut ServerCapabilities) {
     let mut resources = ResourcesCapability::default();
     resources.list_changed = Some(true);
+    // Subscribing to a resource of a server without subscriptions is refused, naming why.
+    resources.subscribe = Some(true);
     capabilities.resources = Some(resources);
     let mut prompts = PromptsCapability::default();
     prompts.list_changed = Some(true);
@@ -140,6 +142,35 @@ pub(crate) async fn read_resource(
         Ok(other) => Ok(other),
         Err(error) => Err(failed(&server, "resources/read", error, modern)),
     }
+}
+
+/// A subscription for `principal` to the resource a client knows as `shown`: on the upstream
+/// that serves it to this caller, under its URI there (see `changes`).
+pub(crate) async fn hold_resource(
+    gateway: &Gateway,
+    principal: Principal,
+    shown: &str,
+    modern: bool,
+) -> Result<Held, McpError> {
+    let access = gateway.access(principal);
+    let surface = gateway.surface();
+    let unknown = || not_found(shown, modern);
+    let Some((server, original)) = surface.route(shown) else {
+        return Err(unknown());
+    };
+    if !access.permits_server(server) {
+        return Err(unknown());
+    }
+    let server = server.to_owned();
+    let original = original.into_owned();
+    let Some(upstream) = upstream_for(gateway, &access, &server, modern)? else {
+        return Err(unknown());
+    };
+    upstream
+        .subscribe_resource(&original)
+        .await
+        .map_err(|error| failed(&server, "resources/subscribe", error, modern))?;
+    Ok(Held { upstream, original })
 }
 
 /// `prompts/get`: routed by the prompt's name; embedded resources and resource links in the
