@@ -27,6 +27,7 @@ mod jwt;
 mod limits;
 mod meta;
 pub mod oauth;
+mod param_headers;
 mod pinning;
 mod relay;
 mod result;

@@ -99,6 +99,11 @@ pub fn http_app(
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
+        // SEP-2243: `Mcp-Param-*` headers against the tools/call body, before rmcp reads it.
+        .route_layer(axum::middleware::from_fn_with_state(
+            gateway.clone(),
+            crate::param_headers::check,
+        ))
         .layer(axum::middleware::map_response(move |response| {
             transport_errors_as_json_rpc(response, request_bytes)
         }))
