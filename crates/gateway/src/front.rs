@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use crate::{
-    Access, AuditRecord, CallDecision, Gateway, Principal,
+    Access, AuditRecord, CallDecision, CallOutcome, Gateway, Principal,
     approval::{self, Answer, DecisionError},
     meta,
     oauth::login::{self, Logins, Waited},
@@ -191,6 +191,10 @@ struct Call<'a> {
     approved: Mutex<Option<Map<String, Value>>>,
     /// The audit record of the catalog tool call, written when the call ends.
     audit: Mutex<Option<AuditRecord>>,
+    /// The client called the tool by its own name (passthrough), not through the `call_tool`
+    /// meta-tool: an upstream's JSON-RPC error then reaches it as that error, as it would
+    /// without the gateway. Through `call_tool` it is a tool error the model can read.
+    direct: std::sync::atomic::AtomicBool,
 }
 
 impl Call<'_> {
@@ -220,6 +224,8 @@ enum Gate {
 /// One try at running a catalog tool.
 enum Attempt {
     Done(CallToolResult),
+    /// An upstream's JSON-RPC error, for a client that called the tool directly.
+    Failed(McpError),
     /// The caller must answer (approve the call) and retry.
     Input(InputRequiredResult),
     /// The tool's server is configured for OAuth and has no usable token.
@@ -289,9 +295,9 @@ impl Front {
         // unknown name is no tool call to record.
         let asked = matches!(response, Ok(CallToolResponse::InputRequired(_)));
         let unknown = matches!(&response, Err(e) if e.code == rmcp::model::ErrorCode::INVALID_PARAMS)
-            && record
-                .as_ref()
-                .is_some_and(|r| r.decision == CallDecision::Allowed);
+            && record.as_ref().is_some_and(|r| {
+                r.decision == CallDecision::Allowed && r.outcome == CallOutcome::NotRun
+            });
         if let Some(record) = record
             && !asked
             && !unknown
@@ -320,6 +326,7 @@ impl Front {
         }
         match self.attempt(qualified, arguments.clone(), call).await? {
             Attempt::Done(result) => Ok(CallToolResponse::Complete(result)),
+            Attempt::Failed(error) => Err(error),
             Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
             Attempt::SignIn { server, error } => {
                 call.note(|r| r.not_run("sign-in needed"));
@@ -485,7 +492,17 @@ impl Front {
             relay::Relayed::Done(Err(error)) => {
                 tracing::warn!(server = %server_name, tool = %upstream_name, %error, "tool call failed");
                 call.note(|r| r.upstream_failed(&error));
-                Ok(Attempt::Done(result::upstream_failure(&error)))
+                match error {
+                    UpstreamError::Rpc {
+                        code,
+                        message,
+                        data,
+                        ..
+                    } if call.direct.load(std::sync::atomic::Ordering::Relaxed) => Ok(
+                        Attempt::Failed(McpError::new(rmcp::model::ErrorCode(code), message, data)),
+                    ),
+                    error => Ok(Attempt::Done(result::upstream_failure(&error))),
+                }
             }
         }
     }
@@ -592,6 +609,7 @@ impl Front {
         match login::wait_for_sign_in(&mut finished, serial, started.deadline, ct).await {
             Waited::SignedIn => match self.attempt(qualified, arguments, call).await? {
                 Attempt::Done(result) => complete(result),
+                Attempt::Failed(error) => Err(error),
                 Attempt::Input(input) => Ok(CallToolResponse::InputRequired(input)),
                 Attempt::SignIn { server, error } => {
                     complete(self.sign_in_text(&server, &error, principal).await)
@@ -1257,6 +1275,7 @@ impl ServerHandler for Front {
             ct: context.ct.clone(),
             approved: Mutex::new(None),
             audit: Mutex::new(None),
+            direct: std::sync::atomic::AtomicBool::new(true),
         };
         let name = request.name.as_ref();
         let is_meta_mode = call.access.exposure() == config::Exposure::Search;
@@ -1297,6 +1316,8 @@ impl ServerHandler for Front {
             meta::SEARCH_TOOLS | meta::GET_TOOL_DETAILS | meta::CALL_TOOL
         );
         if is_meta && is_meta_mode {
+            call.direct
+                .store(false, std::sync::atomic::Ordering::Relaxed);
             self.call_meta(name, request.arguments.unwrap_or_default(), &call)
                 .await
         } else {

@@ -156,6 +156,17 @@ impl Caller {
         }
     }
 
+    /// What an upstream may ask this client through the gateway: its elicitation and
+    /// sampling, nothing else (roots are the gateway's to answer, and empty).
+    fn relayable(&self) -> ClientCapabilities {
+        let mut relayable = ClientCapabilities::default();
+        relayable
+            .elicitation
+            .clone_from(&self.capabilities.elicitation);
+        relayable.sampling.clone_from(&self.capabilities.sampling);
+        relayable
+    }
+
     async fn log(&self, server: &str, mut message: LoggingMessageNotificationParam) {
         message.logger = Some(logger_name(server, message.logger.as_deref()));
         if let Err(error) = self.peer.notify_logging_message(message).await {
@@ -239,7 +250,7 @@ pub(crate) async fn call(
             tool,
             arguments.clone(),
             retry.take(),
-            caller.log_level,
+            caller,
         );
         let input = match drive(gateway, running, caller, || lock(audit).take()).await {
             Driven::Done(Ok(CallToolResponse::InputRequired(input))) => input,
@@ -375,7 +386,7 @@ impl Running {
         tool: &str,
         arguments: Option<Map<String, Value>>,
         retry: Option<(InputResponses, Option<String>)>,
-        log_level: Option<LoggingLevel>,
+        caller: &Caller,
     ) -> Self {
         let (progress_tx, progress) = mpsc::channel(PROGRESS_BUFFER);
         let (logs_tx, logs) = mpsc::channel(LOG_BUFFER);
@@ -391,7 +402,8 @@ impl Running {
             ct: cancel.clone(),
             input_responses,
             request_state,
-            logs: log_level.map(|level| (level, logs_tx)),
+            logs: caller.log_level.map(|level| (level, logs_tx)),
+            client_capabilities: Some(caller.relayable()),
         };
         let task = {
             let server = server.clone();

@@ -31,9 +31,10 @@ use std::{
 use rmcp::{
     ErrorData as McpError, RoleClient,
     model::{
-        CancelledNotificationParam, CreateMessageRequestParams, CreateMessageResult,
-        ElicitRequestParams, ElicitResult, ErrorCode, InputResponses, LoggingLevel,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+        CancelledNotificationParam, ClientCapabilities, CreateMessageRequestParams,
+        CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorCode, InputResponses,
+        LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+        RequestId,
     },
     service::{InboundStreamOrigin, Peer},
 };
@@ -60,6 +61,11 @@ pub struct CallOptions {
     pub input_responses: Option<InputResponses>,
     /// A retry after an `input_required` result: the server's `requestState`, unchanged.
     pub request_state: Option<String>,
+    /// What the caller behind this call can be asked (elicitation, sampling): a 2026-07-28
+    /// server is told so in this request's `_meta`, in place of what the session declared, so
+    /// it asks only what can be answered. A legacy session keeps what it declared at
+    /// `initialize`.
+    pub client_capabilities: Option<ClientCapabilities>,
     /// Receives the server's log messages during this call at `.0` or more severe; `.0` also
     /// goes out as the request's `_meta` log level (a 2026-07-28 server logs only then).
     /// Full channels drop messages rather than stall.

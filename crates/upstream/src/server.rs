@@ -9,7 +9,7 @@ use netguard::Policy;
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
-        PaginatedRequestParams, ServerResult,
+        PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerResult,
     },
     service::{PeerRequestOptions, ServiceError},
 };
@@ -675,8 +675,18 @@ async fn call_once(
     let registered = calls.register(options);
     let peer = session.peer().clone();
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let mut request_options = PeerRequestOptions::no_options();
+    if let Some(capabilities) = &options.client_capabilities
+        && peer
+            .peer_info()
+            .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)
+    {
+        let mut meta = RequestMetaObject::new();
+        meta.set_client_capabilities(capabilities.clone());
+        request_options = request_options.with_meta(meta);
+    }
     let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .send_request_with_option(request, request_options)
         .await?;
     registered.sent(handle.id.clone(), handle.progress_token.clone());
     let cancel = CancelOnDrop::new(peer, handle.id.clone());
