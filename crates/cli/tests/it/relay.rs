@@ -191,7 +191,8 @@ fn questions_of_a_modern_upstream_reach_clients_of_both_eras() {
             "{era}: {report}"
         );
     }
-    // Without elicitation the client cannot answer: a tool error says so.
+    // Without elicitation the client cannot answer: the upstream is told (the request's
+    // client capabilities) and refuses with -32021, which reaches the client as it is.
     let report = client(
         &gateway,
         &[],
@@ -199,9 +200,10 @@ fn questions_of_a_modern_upstream_reach_clients_of_both_eras() {
         json!([{"op": "call_tool", "name": "relay__greet", "arguments": {}}]),
     );
     let step = &report["steps"][0];
-    assert_eq!(step["isError"], true, "{report}");
-    assert!(
-        result_text(step).contains("which this client does not support"),
+    assert_eq!(step["error"]["code"], -32021, "{report}");
+    assert_eq!(
+        step["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {"form": {}}}),
         "{report}"
     );
 }
