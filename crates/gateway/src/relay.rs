@@ -193,12 +193,17 @@ impl Caller {
     }
 
     /// The upstream's own retry state, when this call retries an `input_required` result of
-    /// `server` passed through to this client.
+    /// `server` passed through to this client. A call with `inputResponses` and no
+    /// `requestState` at all passes them on as they are: a server may ask without keeping
+    /// state, and reads only the answers it knows (SEP-2322).
     fn upstream_retry(&self, server: &str) -> Option<(InputResponses, Option<String>)> {
-        let rest = self
-            .request_state
-            .as_deref()?
-            .strip_prefix(UPSTREAM_STATE_PREFIX)?;
+        let Some(state) = self.request_state.as_deref() else {
+            return self
+                .input_responses
+                .clone()
+                .map(|responses| (responses, None));
+        };
+        let rest = state.strip_prefix(UPSTREAM_STATE_PREFIX)?;
         let (named, state) = match rest.split_once(':') {
             Some((named, state)) => (named, Some(state.to_owned())),
             None => (rest, None),
