@@ -6,8 +6,9 @@
 //!   with the unknown-tool answer, and never offered as a "did you mean" suggestion.
 //! - Search filters by profile *before* ranking (through `catalog::Filter::tools`), so a hidden
 //!   tool never takes a slot in the top k.
-//! - The set of tools a profile allows is computed once per catalog generation and profile,
-//!   then shared by every request.
+//! - The set of tools a profile allows, and what listing them costs in tokens (for
+//!   `exposure = "auto"`), are computed once per catalog generation and profile, then shared
+//!   by every request.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -26,8 +27,13 @@ pub struct Access<'a> {
     gateway: &'a Gateway,
 }
 
-/// A profile's allowed qualified names, and the catalog generation they were computed for.
-type AllowedSet = (u64, Arc<HashSet<String>>);
+/// A profile's allowed qualified names, what listing them costs, and the catalog generation
+/// they were computed for.
+struct AllowedSet {
+    generation: u64,
+    names: Arc<HashSet<String>>,
+    tokens: usize,
+}
 
 /// The per-profile allowed sets, by profile name.
 #[derive(Default)]
@@ -107,15 +113,9 @@ impl<'a> Access<'a> {
 
     /// What listing every tool this caller may use would cost (cl100k_base tokens).
     pub fn passthrough_tokens(&self) -> usize {
-        let catalog = self.gateway.catalog();
-        match self.allowed_tools() {
-            None => catalog.total_token_cost(),
-            Some(allowed) => catalog
-                .tools()
-                .iter()
-                .filter(|entry| allowed.contains(&entry.qualified))
-                .map(|entry| entry.token_cost)
-                .sum(),
+        match self.allowed() {
+            None => self.gateway.catalog().total_token_cost(),
+            Some((_, tokens)) => tokens,
         }
     }
 
@@ -147,6 +147,12 @@ impl<'a> Access<'a> {
     /// The qualified names the caller may use in the current catalog, for the search filter;
     /// `None` when no profile applies (everything is allowed).
     pub fn allowed_tools(&self) -> Option<Arc<HashSet<String>>> {
+        self.allowed().map(|(names, _)| names)
+    }
+
+    /// [`Access::allowed_tools`] and what listing them costs, built once per catalog
+    /// generation and profile.
+    fn allowed(&self) -> Option<(Arc<HashSet<String>>, usize)> {
         let profile = self.profile?;
         let (generation, catalog) = self.gateway.snapshot();
         let mut sets = self
@@ -155,21 +161,32 @@ impl<'a> Access<'a> {
             .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((built_for, set)) = sets.get(&profile.name)
-            && *built_for == generation
+        if let Some(built) = sets.get(&profile.name)
+            && built.generation == generation
         {
-            return Some(set.clone());
+            return Some((built.names.clone(), built.tokens));
         }
-        let set: Arc<HashSet<String>> = Arc::new(
-            catalog
-                .tools()
-                .iter()
-                .filter(|entry| permits(profile, entry))
+        let permitted: Vec<&ToolEntry> = catalog
+            .tools()
+            .iter()
+            .filter(|entry| permits(profile, entry))
+            .collect();
+        let tokens = permitted.iter().map(|entry| entry.token_cost).sum();
+        let names: Arc<HashSet<String>> = Arc::new(
+            permitted
+                .into_iter()
                 .map(|entry| entry.qualified.clone())
                 .collect(),
         );
-        sets.insert(profile.name.clone(), (generation, set.clone()));
-        Some(set)
+        sets.insert(
+            profile.name.clone(),
+            AllowedSet {
+                generation,
+                names: names.clone(),
+                tokens,
+            },
+        );
+        Some((names, tokens))
     }
 
     /// The caller's view of `qualified`: the entry when it exists and is permitted.
