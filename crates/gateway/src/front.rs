@@ -550,8 +550,15 @@ impl Front {
         let complete = |result| Ok(CallToolResponse::Complete(result));
         if !self.logins.available() {
             // No listener for the browser to come back to: whatever the client could take,
-            // the server's own failure says what to run.
-            return complete(result::upstream_failure(error));
+            // the server's own failure says what to run (`mcpgw auth login`, which signs in
+            // the local user); another principal can only ask the operator.
+            if *principal == Principal::Local {
+                return complete(result::upstream_failure(error));
+            }
+            return complete(result::tool_error(format!(
+                "tool call failed: {}; this gateway has no sign-in endpoint to send you to (ask its operator)",
+                failure(error, name, principal)
+            )));
         }
         let (peer, ct) = match handoff {
             Handoff::Text => return complete(self.sign_in_text(server, error, principal).await),
@@ -560,7 +567,9 @@ impl Front {
                 let serial = self.logins.watch(name, principal).borrow().serial;
                 let started = match self.logins.begin(&self.gateway, name, principal).await {
                     Ok(started) => started,
-                    Err(why) => return complete(not_started(error, &why)),
+                    Err(why) => {
+                        return complete(not_started(&failure(error, name, principal), &why));
+                    }
                 };
                 let request = InputRequest::Elicitation(ElicitRequest::new(
                     ElicitRequestParams::UrlElicitationParams {
@@ -581,11 +590,17 @@ impl Front {
         let serial = finished.borrow().serial;
         let started = match self.logins.begin(&self.gateway, name, principal).await {
             Ok(started) => started,
-            Err(why) => return complete(not_started(error, &why)),
+            Err(why) => return complete(not_started(&failure(error, name, principal), &why)),
         };
         let url = match url::Url::parse(&started.authorization_url) {
             Ok(url) => url,
-            Err(_) => return complete(open_this(error, name, &started.authorization_url)),
+            Err(_) => {
+                return complete(open_this(
+                    &failure(error, name, principal),
+                    name,
+                    &started.authorization_url,
+                ));
+            }
         };
         let remaining = started.deadline.saturating_duration_since(Instant::now());
         let asking = peer.elicit_url_with_timeout(
@@ -603,7 +618,11 @@ impl Front {
             Ok(action) => return complete(refused(name, &action)),
             Err(why) => {
                 tracing::warn!(server = name, error = %why, "the client did not take the sign-in elicitation");
-                return complete(open_this(error, name, &started.authorization_url));
+                return complete(open_this(
+                    &failure(error, name, principal),
+                    name,
+                    &started.authorization_url,
+                ));
             }
         }
         match login::wait_for_sign_in(&mut finished, serial, started.deadline, ct).await {
@@ -661,15 +680,23 @@ impl Front {
             return result::upstream_failure(error);
         };
         if *principal == Principal::Local {
-            return open_this(error, server.name(), &link);
+            return open_this(
+                &failure(error, server.name(), principal),
+                server.name(),
+                &link,
+            );
         }
         match self
             .logins
             .begin(&self.gateway, server.name(), principal)
             .await
         {
-            Ok(started) => open_this(error, server.name(), &started.authorization_url),
-            Err(why) => not_started(error, &why),
+            Ok(started) => open_this(
+                &failure(error, server.name(), principal),
+                server.name(),
+                &started.authorization_url,
+            ),
+            Err(why) => not_started(&failure(error, server.name(), principal), &why),
         }
     }
 
@@ -1089,15 +1116,26 @@ fn elicitation_id(server: &str, serial: u64) -> String {
     format!("mcpgw-signin-{server}-{serial}")
 }
 
-/// The server's failure, then the URL to open. The failure comes first: it also names
-/// `mcpgw auth login`, the way that works without this link.
-fn open_this(error: &UpstreamError, server: &str, url: &str) -> CallToolResult {
+/// Why a call needs a sign-in, in words for `principal`: the server's failure for the local
+/// user (it names `mcpgw auth login`, which signs the local user in); for anyone else, who
+/// cannot run that command for themselves, that the server needs their own sign-in.
+fn failure(error: &UpstreamError, server: &str, principal: &Principal) -> String {
+    if *principal == Principal::Local {
+        error.to_string()
+    } else {
+        format!("server '{server}' needs you to sign in (OAuth) before mcpgw can call it for you")
+    }
+}
+
+/// The failure, then the URL to open. For the local user the failure comes first: it also
+/// names `mcpgw auth login`, the way that works without this link.
+fn open_this(error: &str, server: &str, url: &str) -> CallToolResult {
     result::tool_error(format!(
         "tool call failed: {error}\nOpen this URL to authorise mcpgw for server '{server}':\n{url}\nthen call the tool again."
     ))
 }
 
-fn not_started(error: &UpstreamError, why: &login::LoginError) -> CallToolResult {
+fn not_started(error: &str, why: &login::LoginError) -> CallToolResult {
     tracing::warn!(%why, "cannot hand out a sign-in");
     result::tool_error(format!(
         "tool call failed: {error}\n(mcpgw could not start the sign-in itself: {why})"

@@ -170,6 +170,14 @@ fn each_client_calls_an_oauth_upstream_as_its_own_user() {
         .trim()
         .to_owned();
     assert!(url.starts_with(&fixture.endpoint("/authorize?")), "{url}");
+    // `mcpgw auth login` would sign in the operator, not alice: she is told it is her sign-in.
+    assert!(
+        text.starts_with(
+            "tool call failed: server 'docs' needs you to sign in (OAuth) before mcpgw can call it for you"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("mcpgw auth login"), "{text}");
     let report = whoami(&gateway, &bob, "legacy", &[]);
     assert_eq!(user_of(&report, &gateway), "ben");
     let (_, rows) = oauth_status(&gateway, Some(&bob));
