@@ -1,8 +1,10 @@
-//! `mcpgw audit`: the audit log of tool calls, newest first.
+//! `mcpgw audit`: the audit log of tool calls, newest first; `mcpgw audit prune` deletes the
+//! rows `[audit]` no longer keeps, as the gateway does every hour.
 //!
 //! Reads the database the gateway writes (it may be running: SQLite's write-ahead log lets a
-//! reader in). Times are shown in UTC; `--since` takes a duration back from now (`90s`, `30m`,
-//! `1h`, `2d`, `1w`) or an RFC 3339 time. Rows never hold arguments, only their SHA-256.
+//! reader in, and a prune deletes in short batches). Times are shown in UTC; `--since` takes a
+//! duration back from now (`90s`, `30m`, `1h`, `2d`, `1w`) or an RFC 3339 time. Rows never hold
+//! arguments, only their SHA-256.
 
 use std::{
     path::Path,
@@ -19,6 +21,8 @@ const DEFAULT_LIMIT: u32 = 50;
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Only the calls of this client (`mcpgw clients add NAME`).
     #[arg(long, conflicts_with = "principal")]
     client: Option<String>,
@@ -36,7 +40,62 @@ pub(crate) struct Args {
     json: bool,
 }
 
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Delete the rows `[audit]` no longer keeps now, and say how many went (a running gateway
+    /// does this every hour).
+    ///
+    /// Rows older than `retention_days` go, then the oldest beyond the newest `max_rows`.
+    Prune,
+}
+
 pub(crate) async fn run(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
+    match args.command {
+        Some(Command::Prune) => prune(config_path).await,
+        None => list(config_path, args).await,
+    }
+}
+
+async fn prune(config_path: Option<&Path>) -> Result<(), Failure> {
+    let config = load_config(config_path)?;
+    let retention = config.audit;
+    if !retention.prunes() {
+        println!(
+            "audit retention is off ([audit] retention_days = 0 and max_rows = 0); nothing removed"
+        );
+        return Ok(());
+    }
+    let path = gateway::store_path(&config.store);
+    let store = store::Store::open(&path)
+        .await
+        .context("the database that keeps the audit log cannot be opened")?;
+    let removed = gateway::prune_audit_log(&store, &retention, SystemTime::now()).await;
+    store.close().await;
+    let removed = removed.context("cannot prune the audit log")?;
+    println!(
+        "removed {removed} audit row{} {}",
+        if removed == 1 { "" } else { "s" },
+        bounds_words(&retention)
+    );
+    Ok(())
+}
+
+/// `older than 90 days or beyond the newest 1000000`, for what retention keeps.
+fn bounds_words(retention: &config::AuditConfig) -> String {
+    let mut words = Vec::new();
+    if let Some(days) = retention.retention_days() {
+        words.push(format!(
+            "older than {days} day{}",
+            if days == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(rows) = retention.max_rows {
+        words.push(format!("beyond the newest {rows}"));
+    }
+    words.join(" or ")
+}
+
+async fn list(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
     let principal = match (&args.client, &args.principal) {
         (Some(name), _) if !store::is_valid_client_name(name) => {
             return Err(Failure::usage(anyhow!(

@@ -100,7 +100,8 @@ enum Command {
     },
     /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
     Eval(eval::Args),
-    /// Show the audit log of tool calls, newest first (never their arguments).
+    /// Show the audit log of tool calls, newest first (never their arguments), or prune it.
+    #[command(args_conflicts_with_subcommands = true)]
     Audit(audit::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {

@@ -29,6 +29,8 @@ pub(crate) struct ConfigFile {
     pub approval: crate::policy::ApprovalFile,
     #[serde(default)]
     pub limits: crate::policy::LimitsFile,
+    #[serde(default)]
+    pub audit: AuditFile,
 }
 
 /// `[network]`: where outbound HTTP may go besides public https. Entries stay strings here so
@@ -99,6 +101,15 @@ pub(crate) struct RemoteEmbedderFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct StoreFile {
     pub path: Option<String>,
+}
+
+/// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range
+/// problem, not a type error.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AuditFile {
+    pub retention_days: Option<i64>,
+    pub max_rows: Option<i64>,
 }
 
 /// Required fields are `Option`s here: a missing one is a problem to collect, not a parse
@@ -276,7 +287,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![
-                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`"
+                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`"
             ],
         );
     }
@@ -366,6 +377,34 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"oauth\", scopes = \"read write\" }\n",
             expect![[r#"mcpgw.toml:3:8: invalid type: string "read write", expected a sequence"#]],
+        );
+    }
+
+    #[test]
+    fn audit_fields_are_checked_for_name_and_type_with_their_position() {
+        check(
+            "[audit]\nretention_days = 30\nmax_rows = 0\n",
+            expect!["ok 0 servers"],
+        );
+        check(
+            "[audit]\nretention = 30\n",
+            expect![
+                "mcpgw.toml:2:1: unknown field `retention`, expected `retention_days` or `max_rows`"
+            ],
+        );
+        check(
+            "[audit]\nretention_days = \"90d\"\n",
+            expect![[r#"mcpgw.toml:2:18: invalid type: string "90d", expected i64"#]],
+        );
+        check(
+            "[audit]\nmax_rows = 1e6\n",
+            expect!["mcpgw.toml:2:12: invalid type: floating point `1000000.0`, expected i64"],
+        );
+        check(
+            "[audit]\nmax_rows = 99999999999999999999\n",
+            expect![
+                "mcpgw.toml:2:12: invalid type: integer `99999999999999999999` as i128, expected i64"
+            ],
         );
     }
 

@@ -13,8 +13,8 @@ use std::path::Path;
 use self::json::Json;
 use crate::auth::{AUTHORIZATION, env_name_problem};
 use crate::file::{
-    AuthFile, BearerAuthFile, GatewayFile, HttpFile, NetworkFile, RetrievalFile, ServerFile,
-    StdioFile, StoreFile, TransportFile, ValueFile,
+    AuditFile, AuthFile, BearerAuthFile, GatewayFile, HttpFile, NetworkFile, RetrievalFile,
+    ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
 };
 use crate::server::name_problem;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
@@ -123,6 +123,7 @@ fn finish(
             RetrievalFile::default(),
             StoreFile::default(),
             NetworkFile::default(),
+            AuditFile::default(),
         ),
         Default::default(),
         source,

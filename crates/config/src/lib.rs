@@ -60,6 +60,8 @@ pub struct Config {
     pub network: NetworkConfig,
     /// Profiles, approval and limits.
     pub policy: PolicyConfig,
+    /// How long the audit log keeps its rows.
+    pub audit: AuditConfig,
     /// The file this was read from; relative `cwd`s were resolved against its directory.
     pub source: PathBuf,
 }
@@ -254,6 +256,47 @@ impl NetworkConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreConfig {
     pub path: Option<PathBuf>,
+}
+
+/// `[audit]`: how long the audit log of tool calls (in the store) keeps its rows. The gateway
+/// deletes the rows outside these bounds shortly after it starts and then every hour;
+/// `mcpgw audit prune` does it once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditConfig {
+    /// Rows older than this are deleted (`retention_days`). `None` (`0` in the file): kept
+    /// whatever their age.
+    pub retention: Option<std::time::Duration>,
+    /// At most this many rows are kept, the newest (`max_rows`). `None` (`0` in the file): no
+    /// cap.
+    pub max_rows: Option<u64>,
+}
+
+/// The default `[audit] retention_days`.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
+/// The default `[audit] max_rows`: about 180 MB of database at a typical row's size.
+pub const DEFAULT_AUDIT_MAX_ROWS: u64 = 1_000_000;
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            retention: Some(std::time::Duration::from_secs(
+                DEFAULT_AUDIT_RETENTION_DAYS * 86_400,
+            )),
+            max_rows: Some(DEFAULT_AUDIT_MAX_ROWS),
+        }
+    }
+}
+
+impl AuditConfig {
+    /// Whether retention deletes anything: false when both bounds are off.
+    pub fn prunes(&self) -> bool {
+        self.retention.is_some() || self.max_rows.is_some()
+    }
+
+    /// `retention_days` as written: `None` when rows are kept whatever their age.
+    pub fn retention_days(&self) -> Option<u64> {
+        self.retention.map(|age| age.as_secs() / 86_400)
+    }
 }
 
 /// Read and validate a config file.

@@ -11,17 +11,18 @@ use crate::auth::{
     FLOW_AUTHORIZATION_PARAMS, FLOW_TOKEN_PARAMS, RESERVED_HEADERS, env_name_problem, is_loopback,
 };
 use crate::file::{
-    AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile, NetworkFile,
-    OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile, TransportFile,
-    ValueFile,
+    AuditFile, AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile,
+    NetworkFile, OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile,
+    TransportFile, ValueFile,
 };
 use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
 use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
-    Auth, Config, ConfigError, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth,
-    HttpTransport, NetworkConfig, OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig,
-    ServerConfig, ServerName, StdioTransport, StoreConfig, Transport, Value,
+    AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
+    DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth, HttpTransport, NetworkConfig,
+    OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig, ServerName,
+    StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -30,6 +31,10 @@ pub(crate) const MAX_TIMEOUT_S: u64 = 300;
 pub(crate) const DEFAULT_REFRESH_S: u64 = 3600;
 pub(crate) const MIN_REFRESH_S: u64 = 10;
 pub(crate) const MAX_REFRESH_S: u64 = 7 * 24 * 3600;
+/// `[audit]` bounds past which a value is a typo rather than a policy: a century of rows, a
+/// billion rows (some 180 GB of database).
+pub(crate) const MAX_AUDIT_RETENTION_DAYS: u64 = 36_500;
+pub(crate) const MAX_AUDIT_MAX_ROWS: u64 = 1_000_000_000;
 
 /// Whether a plain value under a secret-looking name is a problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +69,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
     resolve(
         file.gateway,
         servers,
-        (file.retrieval, file.store, file.network),
+        (file.retrieval, file.store, file.network, file.audit),
         (file.profiles, file.approval, file.limits),
         source,
         InlineSecrets::Reject,
@@ -74,7 +79,7 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
 pub(crate) fn resolve(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
-    (retrieval, store, network): (RetrievalFile, StoreFile, NetworkFile),
+    (retrieval, store, network, audit): (RetrievalFile, StoreFile, NetworkFile, AuditFile),
     (profiles, approval, limits): (Vec<ProfileFile>, ApprovalFile, LimitsFile),
     source: &Path,
     inline_secrets: InlineSecrets,
@@ -112,6 +117,7 @@ pub(crate) fn resolve(
     let retrieval = v.retrieval(retrieval);
     let store = v.store(store);
     let network = v.network(network);
+    let audit = v.audit(audit);
     let policy = policy::policy(profiles, default_profile, approval, limits, &mut v.problems);
 
     if !v.problems.is_empty() {
@@ -124,6 +130,7 @@ pub(crate) fn resolve(
         store,
         network,
         policy,
+        audit,
         source: source.to_owned(),
     })
 }
@@ -298,6 +305,57 @@ impl Validator {
                 StoreConfig::default()
             }
             None => StoreConfig::default(),
+        }
+    }
+
+    /// `0` turns either bound off; a negative or absurd value is a problem naming the range.
+    fn audit(&mut self, file: AuditFile) -> AuditConfig {
+        let default = AuditConfig::default();
+        let retention = match file.retention_days.map(u64::try_from) {
+            None => default.retention,
+            Some(Ok(0)) => None,
+            Some(Ok(days @ 1..=MAX_AUDIT_RETENTION_DAYS)) => {
+                Some(Duration::from_secs(days * 86_400))
+            }
+            Some(_) => {
+                self.problems.push(
+                    Problem::new(
+                        "audit.retention_days",
+                        format!(
+                            "retention_days must be 0 (keep forever) or between 1 and {MAX_AUDIT_RETENTION_DAYS} days, got {}",
+                            file.retention_days.unwrap_or_default()
+                        ),
+                    )
+                    .hint(format!(
+                        "leave it out for the default of {DEFAULT_AUDIT_RETENTION_DAYS}"
+                    )),
+                );
+                default.retention
+            }
+        };
+        let max_rows = match file.max_rows.map(u64::try_from) {
+            None => default.max_rows,
+            Some(Ok(0)) => None,
+            Some(Ok(rows @ 1..=MAX_AUDIT_MAX_ROWS)) => Some(rows),
+            Some(_) => {
+                self.problems.push(
+                    Problem::new(
+                        "audit.max_rows",
+                        format!(
+                            "max_rows must be 0 (no cap) or between 1 and {MAX_AUDIT_MAX_ROWS}, got {}",
+                            file.max_rows.unwrap_or_default()
+                        ),
+                    )
+                    .hint(format!(
+                        "leave it out for the default of {DEFAULT_AUDIT_MAX_ROWS}"
+                    )),
+                );
+                default.max_rows
+            }
+        };
+        AuditConfig {
+            retention,
+            max_rows,
         }
     }
 
@@ -1237,6 +1295,62 @@ strategy = "bm25"
         ));
         let unknown = retrieval_summary("[retrieval.embedder]\ntype = \"local\"\nmodle = \"x\"\n");
         assert!(unknown.contains("unknown field `modle`"), "{unknown}");
+    }
+
+    fn audit_summary(text: &str) -> String {
+        match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
+            Ok(config) => format!(
+                "{:?} retention_days={:?} prunes={}",
+                config.audit,
+                config.audit.retention_days(),
+                config.audit.prunes()
+            ),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn audit_retention_defaults_to_90_days_and_a_million_rows_and_zero_turns_it_off() {
+        expect!["AuditConfig { retention: Some(7776000s), max_rows: Some(1000000) } retention_days=Some(90) prunes=true"]
+            .assert_eq(&audit_summary(""));
+        expect!["AuditConfig { retention: Some(7776000s), max_rows: Some(1000000) } retention_days=Some(90) prunes=true"]
+            .assert_eq(&audit_summary("[audit]\n"));
+        expect!["AuditConfig { retention: Some(604800s), max_rows: Some(1000000) } retention_days=Some(7) prunes=true"]
+            .assert_eq(&audit_summary("[audit]\nretention_days = 7\n"));
+        expect![
+            "AuditConfig { retention: None, max_rows: Some(5000) } retention_days=None prunes=true"
+        ]
+        .assert_eq(&audit_summary(
+            "[audit]\nretention_days = 0\nmax_rows = 5000\n",
+        ));
+        expect!["AuditConfig { retention: Some(7776000s), max_rows: None } retention_days=Some(90) prunes=true"]
+            .assert_eq(&audit_summary("[audit]\nmax_rows = 0\n"));
+        expect!["AuditConfig { retention: None, max_rows: None } retention_days=None prunes=false"]
+            .assert_eq(&audit_summary(
+                "[audit]\nretention_days = 0\nmax_rows = 0\n",
+            ));
+        expect!["AuditConfig { retention: Some(3153600000s), max_rows: Some(1000000000) } retention_days=Some(36500) prunes=true"]
+            .assert_eq(&audit_summary(
+                "[audit]\nretention_days = 36500\nmax_rows = 1000000000\n",
+            ));
+    }
+
+    #[test]
+    fn negative_and_absurd_audit_bounds_are_reported_with_their_range() {
+        expect![[r#"
+            invalid configuration (2 problems):
+              audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got -1 (hint: leave it out for the default of 90)
+              audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got -5 (hint: leave it out for the default of 1000000)"#]]
+        .assert_eq(&audit_summary(
+            "[audit]\nretention_days = -1\nmax_rows = -5\n",
+        ));
+        expect![[r#"
+            invalid configuration (2 problems):
+              audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got 36501 (hint: leave it out for the default of 90)
+              audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got 9223372036854775807 (hint: leave it out for the default of 1000000)"#]]
+        .assert_eq(&audit_summary(
+            "[audit]\nretention_days = 36501\nmax_rows = 9223372036854775807\n",
+        ));
     }
 
     #[test]

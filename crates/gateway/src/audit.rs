@@ -9,8 +9,14 @@
 //!
 //! Writing is spawned: a slow or failing database delays no call and fails none; a failed
 //! write is logged at warn. Without a database the record only reaches the debug log.
+//!
+//! Retention (`[audit]`): [`prune_periodically`] deletes the rows older than `retention_days`
+//! and those beyond the newest `max_rows` a minute after the gateway starts, then every hour,
+//! through [`prune_audit_log`], which `mcpgw audit prune` runs once. A failed prune is logged
+//! at warn and tried again at the next hour; it never stops the gateway.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Weak;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value};
@@ -151,6 +157,85 @@ impl Gateway {
     }
 }
 
+/// Deletes the audit rows outside `retention` as of `now` (see [`store::Store::prune_audit`]);
+/// returns how many went. Nothing is asked of the store when both bounds are off.
+pub async fn prune_audit_log(
+    store: &store::Store,
+    retention: &config::AuditConfig,
+    now: SystemTime,
+) -> Result<u64, store::StoreError> {
+    if !retention.prunes() {
+        return Ok(0);
+    }
+    // No age limit: the epoch, before which no call was made.
+    let older_than = retention
+        .retention
+        .and_then(|age| now.checked_sub(age))
+        .unwrap_or(UNIX_EPOCH);
+    store.prune_audit(older_than, retention.max_rows).await
+}
+
+/// When the gateway prunes its audit log.
+#[derive(Clone, Copy, Debug)]
+struct PruneSchedule {
+    /// After start: not at once, so that a large first prune does not compete with the
+    /// connects and the embedding cache for the database (and one-shot commands, which start
+    /// a gateway too, end before it).
+    first: Duration,
+    every: Duration,
+    /// How often the task checks that the gateway still exists, so it ends soon after it.
+    tick: Duration,
+}
+
+const PRUNE_SCHEDULE: PruneSchedule = PruneSchedule {
+    first: Duration::from_secs(60),
+    every: Duration::from_secs(3600),
+    tick: Duration::from_secs(60),
+};
+
+/// Prunes the audit log by `[audit]` a minute after start, then every hour. Holds only a weak
+/// reference, and ends with the gateway; returns at once without a database or when retention
+/// is off.
+pub(crate) async fn prune_periodically(gateway: Weak<Gateway>) {
+    prune_on(gateway, PRUNE_SCHEDULE).await
+}
+
+async fn prune_on(gateway: Weak<Gateway>, schedule: PruneSchedule) {
+    let retention = match gateway.upgrade() {
+        Some(gateway) if gateway.store.is_some() && gateway.config.audit.prunes() => {
+            gateway.config.audit
+        }
+        _ => return,
+    };
+    let mut due = Instant::now() + schedule.first;
+    // A scheduling tick, not a readiness wait: it checks the gateway is still there.
+    let mut tick = tokio::time::interval(schedule.tick);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Only the store is kept while pruning: the gateway may go meanwhile.
+        let Some(store) = gateway.upgrade().and_then(|gateway| gateway.store.clone()) else {
+            return;
+        };
+        if Instant::now() < due {
+            continue;
+        }
+        match prune_audit_log(&store, &retention, SystemTime::now()).await {
+            Ok(0) => tracing::debug!("audit log pruned: nothing to remove"),
+            Ok(removed) => tracing::info!(
+                removed,
+                retention_days = retention.retention_days(),
+                max_rows = retention.max_rows,
+                "audit log pruned"
+            ),
+            Err(error) => {
+                tracing::warn!(%error, "cannot prune the audit log; trying again in an hour")
+            }
+        }
+        due = Instant::now() + schedule.every;
+    }
+}
+
 /// Lower-case hex SHA-256 of the arguments' canonical JSON: object keys sorted, no
 /// whitespace, strings and numbers as serde_json writes them. Absent arguments hash like `{}`,
 /// which is what the tool receives either way. Equal arguments give equal hashes whatever the
@@ -248,6 +333,8 @@ fn seconds(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::json;
 
     use super::*;
@@ -326,5 +413,158 @@ mod tests {
         assert_eq!(entry.outcome, CallOutcome::NotRun);
         assert_eq!(entry.error.as_deref(), Some("rate limit"));
         assert!(!format!("{entry:?}").contains("passwd"));
+    }
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    /// A store holding one row per age in `ages` (tool `fs__tN` for the Nth), newest last.
+    async fn store_with_rows(now: SystemTime, ages: &[Duration]) -> store::Store {
+        let store = store::Store::open_in_memory().await.expect("store");
+        for (i, age) in ages.iter().enumerate() {
+            let mut record =
+                AuditRecord::begin(&Principal::Local, "fs", &format!("fs__t{i}"), None);
+            record.at = now - *age;
+            store
+                .record_call(&record.into_entry())
+                .await
+                .expect("record");
+        }
+        store
+    }
+
+    async fn tools_left(store: &store::Store) -> Vec<String> {
+        store
+            .audit_entries(&store::AuditQuery {
+                principal: None,
+                since: None,
+                limit: 100,
+            })
+            .await
+            .expect("read")
+            .into_iter()
+            .map(|entry| entry.tool)
+            .collect()
+    }
+
+    fn audit_config(toml: &str) -> config::AuditConfig {
+        config::parse_toml(toml, std::path::Path::new("t.toml"))
+            .expect("config")
+            .audit
+    }
+
+    #[tokio::test]
+    async fn pruning_applies_the_configured_age_and_row_cap() {
+        let now = SystemTime::now();
+        let ages = [100 * DAY, 2 * DAY, DAY / 2, Duration::ZERO];
+        let check = |toml: &'static str, removed: u64, left: &'static [&'static str]| async move {
+            let store = store_with_rows(now, &ages).await;
+            let config = audit_config(toml);
+            assert_eq!(
+                prune_audit_log(&store, &config, now).await.expect("prune"),
+                removed,
+                "{toml}"
+            );
+            assert_eq!(tools_left(&store).await, left, "{toml}");
+        };
+        // The defaults: 90 days, a million rows.
+        check("", 1, &["fs__t3", "fs__t2", "fs__t1"]).await;
+        check("[audit]\nretention_days = 1\n", 2, &["fs__t3", "fs__t2"]).await;
+        check(
+            "[audit]\nretention_days = 0\nmax_rows = 1\n",
+            3,
+            &["fs__t3"],
+        )
+        .await;
+        check(
+            "[audit]\nretention_days = 1\nmax_rows = 1\n",
+            3,
+            &["fs__t3"],
+        )
+        .await;
+        check(
+            "[audit]\nretention_days = 0\nmax_rows = 0\n",
+            0,
+            &["fs__t3", "fs__t2", "fs__t1", "fs__t0"],
+        )
+        .await;
+    }
+
+    fn soon() -> PruneSchedule {
+        PruneSchedule {
+            first: Duration::ZERO,
+            every: Duration::from_secs(3600),
+            tick: Duration::from_millis(10),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gateway_prunes_soon_after_start_and_the_task_ends_with_it() {
+        let now = SystemTime::now();
+        let store = store_with_rows(
+            now,
+            &[3 * DAY, Duration::from_secs(3 * 3600), Duration::ZERO],
+        )
+        .await;
+        let config = config::parse_toml(
+            "[audit]\nretention_days = 1\nmax_rows = 1\n",
+            std::path::Path::new("t.toml"),
+        )
+        .expect("config");
+        let gateway = Gateway::new(config, Some(store.clone()));
+        let task = tokio::spawn(prune_on(Arc::downgrade(&gateway), soon()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tools_left(&store).await.len() > 1 {
+            assert!(Instant::now() < deadline, "the audit log was not pruned");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tools_left(&store).await, ["fs__t2"]);
+        assert!(
+            !task.is_finished(),
+            "the task keeps running with the gateway"
+        );
+        drop(gateway);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ends with the gateway")
+            .expect("the task did not panic");
+    }
+
+    #[tokio::test]
+    async fn a_failed_prune_leaves_the_gateway_alone() {
+        let store = store_with_rows(SystemTime::now(), &[3 * DAY]).await;
+        store.close().await;
+        let config = config::parse_toml("", std::path::Path::new("t.toml")).expect("config");
+        let gateway = Gateway::new(config, Some(store));
+        let task = tokio::spawn(prune_on(Arc::downgrade(&gateway), soon()));
+        // The prune fails at once (the store is closed): the task logs it and carries on. (A
+        // sleep, as nothing signals a task that keeps running.)
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!task.is_finished());
+        drop(gateway);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ends with the gateway")
+            .expect("the task did not panic");
+    }
+
+    #[tokio::test]
+    async fn nothing_is_scheduled_without_a_store_or_with_retention_off() {
+        let config = config::parse_toml("", std::path::Path::new("t.toml")).expect("config");
+        let without_store = Gateway::new(config, None);
+        let off = config::parse_toml(
+            "[audit]\nretention_days = 0\nmax_rows = 0\n",
+            std::path::Path::new("t.toml"),
+        )
+        .expect("config");
+        let store = store::Store::open_in_memory().await.expect("store");
+        let retention_off = Gateway::new(off, Some(store));
+        for gateway in [&without_store, &retention_off] {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                prune_on(Arc::downgrade(gateway), soon()),
+            )
+            .await
+            .expect("returns at once");
+        }
     }
 }

@@ -47,7 +47,10 @@ use std::{
 pub use access::Access;
 pub use admin::approval_json;
 pub use approval::{DecisionError, may_decide};
-pub use audit::{AuditRecord, CallDecision, CallOutcome, arguments_sha256, upstream_error_summary};
+pub use audit::{
+    AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
+    upstream_error_summary,
+};
 use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
 pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
 pub use front::Front;
@@ -218,6 +221,7 @@ impl Gateway {
         tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
         tokio::spawn(refresh_periodically(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
+        tokio::spawn(audit::prune_periodically(Arc::downgrade(self)));
     }
 
     /// Waits until no catalog refresh is running, so the catalog carries tool vectors when

@@ -6,8 +6,12 @@
 //! still scrubs it ([`scrub_error`]) before writing, so a credential that slipped into one
 //! (a URL's query, a bearer token, a client key) never reaches the table.
 //!
-//! Rows are appended, never updated, and nothing deletes them yet: retention (by age or row
-//! count) is a later feature.
+//! Rows are appended, never updated, and deleted only by retention ([`Store::prune_audit`]):
+//! those older than a cutoff, then the oldest beyond a row cap, in the order
+//! [`Store::audit_entries`] reads them (time, then insertion), so the rows kept are exactly the
+//! newest ones a reader sees. Deletion runs in batches of [`AUDIT_PRUNE_BATCH`] rows, each its
+//! own short transaction, so a large backlog never holds the write lock for long: the
+//! gateway's own audit writes and a running `mcpgw audit` get in between.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +21,10 @@ use crate::{Store, StoreError};
 
 /// Longest error message kept, in characters.
 pub const MAX_AUDIT_ERROR_CHARS: usize = 200;
+
+/// Most rows one `DELETE` of [`Store::prune_audit`] removes: tens of milliseconds of write
+/// lock on SQLite, short enough that a waiting writer (its busy timeout is 5 s) never gives up.
+pub const AUDIT_PRUNE_BATCH: u32 = 10_000;
 
 /// What the gateway decided about a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,6 +190,68 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|(tool,)| tool).collect())
+    }
+
+    /// Deletes the audit rows older than `older_than`, then, if more than `max_rows` remain,
+    /// the oldest beyond the newest `max_rows` (`None` or `Some(0)`: no cap, as `max_rows = 0`
+    /// means in the configuration: a cap of no rows at all would be no log). Returns how many
+    /// rows were deleted.
+    ///
+    /// "Oldest" is the order [`Store::audit_entries`] reads in reverse (time, then insertion),
+    /// so the rows kept are exactly those `audit_entries` lists first. Rows go oldest first,
+    /// [`AUDIT_PRUNE_BATCH`] per statement, each statement its own transaction: a huge backlog
+    /// is deleted in many short write locks rather than one long one, and an interrupted prune
+    /// has removed the oldest rows. Two prunes at once (the gateway's and `mcpgw audit prune`)
+    /// delete the same rows, never more: the cap is a position in the log, not a count.
+    pub async fn prune_audit(
+        &self,
+        older_than: SystemTime,
+        max_rows: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        // Rows before the cutoff: everything up to (cutoff - 1 ms, any id).
+        let mut deleted = match unix_millis(older_than).checked_sub(1) {
+            Some(last_ms) => self.delete_audit_through(last_ms, i64::MAX).await?,
+            None => 0,
+        };
+        if let Some(max_rows) = max_rows.filter(|&n| n > 0) {
+            // The newest row beyond the cap; it and everything older go. `audit_by_time` holds
+            // (at_ms, rowid), so this walks the index, no sort.
+            let newest_dropped: Option<(i64, i64)> = sqlx::query_as(
+                "SELECT at_ms, id FROM audit ORDER BY at_ms DESC, id DESC LIMIT 1 OFFSET ?",
+            )
+            .bind(i64::try_from(max_rows).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some((at_ms, id)) = newest_dropped {
+                deleted += self.delete_audit_through(at_ms, id).await?;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes every audit row at or before (`at_ms`, `id`) in log order, oldest first, in
+    /// batches of [`AUDIT_PRUNE_BATCH`].
+    async fn delete_audit_through(&self, at_ms: i64, id: i64) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        loop {
+            // A subquery because SQLite's `DELETE ... LIMIT` is a compile-time option the
+            // bundled library lacks; the row value comparison uses `audit_by_time`.
+            let batch = sqlx::query(
+                "DELETE FROM audit WHERE id IN (
+                     SELECT id FROM audit WHERE (at_ms, id) <= (?, ?)
+                     ORDER BY at_ms, id LIMIT ?)",
+            )
+            .bind(at_ms)
+            .bind(id)
+            .bind(i64::from(AUDIT_PRUNE_BATCH))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            deleted += batch;
+            if batch < u64::from(AUDIT_PRUNE_BATCH) {
+                return Ok(deleted);
+            }
+        }
     }
 
     /// The rows `query` selects, newest first. A row this version cannot read (a decision or
@@ -543,6 +613,171 @@ mod tests {
             read[0].error.as_deref(),
             Some("401 from https://api.example with Bearer [redacted]")
         );
+    }
+
+    /// Writes one row per time in `at_ms` (in that order) and returns the store.
+    async fn store_with_rows(at_ms: &[u64]) -> Store {
+        let store = store().await;
+        for (i, &ms) in at_ms.iter().enumerate() {
+            let mut e = entry("local", ms, CallDecision::Allowed);
+            e.tool = format!("fs__t{i}");
+            store.record_call(&e).await.expect("record");
+        }
+        store
+    }
+
+    /// The tools of the rows left, newest first (`fs__tN` for the Nth row written).
+    async fn tools_left(store: &Store) -> Vec<String> {
+        store
+            .audit_entries(&query(None, None, 1000))
+            .await
+            .expect("query")
+            .into_iter()
+            .map(|e| e.tool)
+            .collect()
+    }
+
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[tokio::test]
+    async fn pruning_by_age_deletes_rows_before_the_cutoff_only() {
+        let store = store_with_rows(&[1_000, 2_000, 2_999, 3_000, 4_000]).await;
+        assert_eq!(store.prune_audit(at(3_000), None).await.expect("prune"), 3);
+        assert_eq!(tools_left(&store).await, ["fs__t4", "fs__t3"]);
+        // Nothing older is left: a second run deletes nothing.
+        assert_eq!(store.prune_audit(at(3_000), None).await.expect("prune"), 0);
+        assert_eq!(tools_left(&store).await, ["fs__t4", "fs__t3"]);
+    }
+
+    #[tokio::test]
+    async fn pruning_by_count_keeps_the_newest_rows() {
+        // Written out of time order, with a tie at 2_000: the later insert counts as newer,
+        // as `audit_entries` shows it.
+        let store = store_with_rows(&[5_000, 1_000, 2_000, 2_000, 4_000, 3_000]).await;
+        assert_eq!(
+            tools_left(&store).await,
+            ["fs__t0", "fs__t4", "fs__t5", "fs__t3", "fs__t2", "fs__t1"]
+        );
+        assert_eq!(store.prune_audit(at(0), Some(4)).await.expect("prune"), 2);
+        assert_eq!(
+            tools_left(&store).await,
+            ["fs__t0", "fs__t4", "fs__t5", "fs__t3"]
+        );
+        // The cap cuts between the two rows of the same millisecond.
+        assert_eq!(store.prune_audit(at(0), Some(3)).await.expect("prune"), 1);
+        assert_eq!(tools_left(&store).await, ["fs__t0", "fs__t4", "fs__t5"]);
+        assert_eq!(store.prune_audit(at(0), Some(3)).await.expect("prune"), 0);
+        assert_eq!(store.prune_audit(at(0), Some(1)).await.expect("prune"), 2);
+        assert_eq!(tools_left(&store).await, ["fs__t0"]);
+    }
+
+    #[tokio::test]
+    async fn pruning_by_age_and_count_applies_both() {
+        let store = store_with_rows(&[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
+        // Age removes two, then the cap of three removes one more.
+        assert_eq!(
+            store.prune_audit(at(3_000), Some(3)).await.expect("prune"),
+            3
+        );
+        assert_eq!(tools_left(&store).await, ["fs__t5", "fs__t4", "fs__t3"]);
+        // The cap alone would keep five; age still takes what is too old.
+        let store = store_with_rows(&[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
+        assert_eq!(
+            store.prune_audit(at(3_000), Some(5)).await.expect("prune"),
+            2
+        );
+        assert_eq!(tools_left(&store).await.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn pruning_with_nothing_to_delete_deletes_nothing() {
+        let empty = store().await;
+        assert_eq!(
+            empty
+                .prune_audit(SystemTime::now(), Some(10))
+                .await
+                .expect("prune"),
+            0
+        );
+        let store = store_with_rows(&[5_000, 6_000]).await;
+        assert_eq!(
+            store.prune_audit(at(5_000), Some(2)).await.expect("prune"),
+            0
+        );
+        assert_eq!(tools_left(&store).await, ["fs__t1", "fs__t0"]);
+    }
+
+    #[tokio::test]
+    async fn zero_or_no_cap_and_the_epoch_keep_everything() {
+        let store = store_with_rows(&[0, 1, 2_000, 3_000]).await;
+        // A cap of 0 is no cap (the configuration's `max_rows = 0`), never "delete all".
+        assert_eq!(
+            store.prune_audit(UNIX_EPOCH, Some(0)).await.expect("prune"),
+            0
+        );
+        assert_eq!(store.prune_audit(UNIX_EPOCH, None).await.expect("prune"), 0);
+        assert_eq!(tools_left(&store).await.len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_backlog_larger_than_a_batch_is_deleted_completely() {
+        let store = store().await;
+        let batch = u64::from(AUDIT_PRUNE_BATCH);
+        let rows = 2 * batch + batch / 2;
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+             INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
+                                latency_ms)
+             SELECT i, 'local', 'fs', 'fs__old', '', 'allowed', 'ok', 0 FROM n",
+        )
+        .bind(i64::try_from(rows).expect("small"))
+        .execute(&store.pool)
+        .await
+        .expect("insert");
+        let mut newest = entry("local", rows + 10, CallDecision::Allowed);
+        newest.tool = "fs__new".into();
+        store.record_call(&newest).await.expect("record");
+        // By age: every old row, in three statements.
+        assert_eq!(
+            store.prune_audit(at(rows + 1), None).await.expect("prune"),
+            rows
+        );
+        assert_eq!(tools_left(&store).await, ["fs__new"]);
+    }
+
+    #[tokio::test]
+    async fn pruning_walks_the_time_index() {
+        let store = store().await;
+        for (sql, binds) in [
+            (
+                "EXPLAIN QUERY PLAN DELETE FROM audit WHERE id IN (
+                     SELECT id FROM audit WHERE (at_ms, id) <= (?, ?)
+                     ORDER BY at_ms, id LIMIT ?)",
+                3,
+            ),
+            (
+                "EXPLAIN QUERY PLAN SELECT at_ms, id FROM audit
+                 ORDER BY at_ms DESC, id DESC LIMIT 1 OFFSET ?",
+                1,
+            ),
+        ] {
+            let mut plan = sqlx::query_as::<_, (i64, i64, i64, String)>(sql);
+            for _ in 0..binds {
+                plan = plan.bind(1_i64);
+            }
+            let plan: Vec<String> = plan
+                .fetch_all(&store.pool)
+                .await
+                .expect("plan")
+                .into_iter()
+                .map(|(_, _, _, detail)| detail)
+                .collect();
+            let plan = plan.join("\n");
+            assert!(plan.contains("INDEX audit_by_time"), "{sql}\n{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
+        }
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! (`oauth`: client registrations per authorization server, credentials per server and
 //! principal, pending authorizations), sealed with a secret key (`secrets`), and the clients
 //! of the HTTP listener with the hashes of their API keys (`clients`), and the tool pins: each
-//! tool's trusted definition and a held change (`pins`). Approvals and the audit log join it as
-//! their features land. Callers get domain types, never rows.
+//! tool's trusted definition and a held change (`pins`), the calls waiting for a human
+//! (`approvals`) and the audit log of tool calls with its retention (`audit`). Callers get
+//! domain types, never rows.
 //!
 //! Architecture invariants:
 //! - All SQL lives here; schema changes are numbered migrations in `migrations/`, applied on
@@ -52,7 +53,8 @@ use sqlx::sqlite::{
 
 pub use approvals::{Approval, ApprovalStatus, DecideError, NewApproval, Verdict};
 pub use audit::{
-    AuditEntry, AuditQuery, CallDecision, CallOutcome, MAX_AUDIT_ERROR_CHARS, scrub_error,
+    AUDIT_PRUNE_BATCH, AuditEntry, AuditQuery, CallDecision, CallOutcome, MAX_AUDIT_ERROR_CHARS,
+    scrub_error,
 };
 pub use clients::{CLIENT_KEY_PREFIX, ClientInfo, is_valid_client_name};
 pub use embeddings::{TextHash, text_hash};

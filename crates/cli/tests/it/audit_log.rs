@@ -1,8 +1,10 @@
 //! The audit log and per-client rate limits, end to end: a real client with its key calls
 //! through the gateway; `mcpgw audit` then shows who called what with which decision and
-//! outcome, holding only a hash of the arguments.
+//! outcome, holding only a hash of the arguments. `mcpgw audit prune` applies `[audit]`
+//! retention.
 
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -138,6 +140,97 @@ fn calls_are_audited_with_a_hash_of_their_arguments_and_rate_limited_per_client(
         }
     }
     assert!(!table.contains(secret));
+}
+
+#[test]
+fn audit_prune_keeps_what_the_configuration_says() {
+    const HOUR: Duration = Duration::from_secs(3600);
+    // The default retention (90 days) and a small row cap.
+    let config = write_config("[audit]\nmax_rows = 2\n");
+    let database = config.dir.path().join("mcpgw.db");
+    let now = SystemTime::now();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let store = store::Store::open(&database).await.expect("store opens");
+        for (tool, age) in [
+            ("fs__ancient", 200 * 24 * HOUR),
+            ("fs__third", 3 * HOUR),
+            ("fs__second", 2 * HOUR),
+            ("fs__first", HOUR),
+            ("fs__latest", Duration::ZERO),
+        ] {
+            let entry = store::AuditEntry {
+                at: now - age,
+                principal: "client:ci".to_owned(),
+                server: "fs".to_owned(),
+                tool: tool.to_owned(),
+                arguments_sha256: "ab".repeat(32),
+                decision: store::CallDecision::Allowed,
+                outcome: store::CallOutcome::Ok,
+                latency: Duration::from_millis(3),
+                error: None,
+            };
+            store.record_call(&entry).await.expect("recorded");
+        }
+        store.close().await;
+    });
+    let tools = |config: &Path| -> Vec<String> {
+        audit(config, &[])
+            .iter()
+            .map(|row| row["tool"].as_str().expect("tool").to_owned())
+            .collect()
+    };
+    assert_eq!(tools(&config.path).len(), 5);
+
+    // A config the gateway would refuse prunes nothing.
+    let bad = config.dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[store]\npath = \"mcpgw.db\"\n[audit]\nmax_rows = -1\n",
+    )
+    .expect("write");
+    let refused = mcpgw_in(&bad, &["audit", "prune"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert!(
+        text(&refused.stderr).contains(
+            "audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got -1"
+        ),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(tools(&config.path).len(), 5);
+
+    // One row is past 90 days, and two more past the newest two.
+    let pruned = mcpgw_in(&config.path, &["audit", "prune"]);
+    assert!(pruned.status.success(), "{}", text(&pruned.stderr));
+    assert_eq!(
+        text(&pruned.stdout).trim(),
+        "removed 3 audit rows older than 90 days or beyond the newest 2"
+    );
+    assert_eq!(tools(&config.path), ["fs__latest", "fs__first"]);
+
+    let again = mcpgw_in(&config.path, &["audit", "prune"]);
+    assert_eq!(
+        text(&again.stdout).trim(),
+        "removed 0 audit rows older than 90 days or beyond the newest 2"
+    );
+    assert_eq!(tools(&config.path), ["fs__latest", "fs__first"]);
+
+    // With retention off, nothing is touched.
+    let off = config.dir.path().join("off.toml");
+    std::fs::write(
+        &off,
+        "[store]\npath = \"mcpgw.db\"\n[audit]\nretention_days = 0\nmax_rows = 0\n",
+    )
+    .expect("write");
+    let kept = mcpgw_in(&off, &["audit", "prune"]);
+    assert!(kept.status.success(), "{}", text(&kept.stderr));
+    assert!(
+        text(&kept.stdout).contains("audit retention is off"),
+        "{}",
+        text(&kept.stdout)
+    );
+    assert_eq!(tools(&config.path), ["fs__latest", "fs__first"]);
 }
 
 fn hex(bytes: &[u8]) -> String {
