@@ -269,19 +269,29 @@ impl Gateway {
 
     /// [`Gateway::start`] with the log filter `filter` (`RUST_LOG`).
     pub fn start_with_log(config: ConfigDir, filter: &str) -> Gateway {
+        Self::start_with(config, filter, |_| {})
+    }
+
+    /// [`Gateway::start_with_log`] with `setup` adjusting the command (its directory, its
+    /// environment) before it runs.
+    pub fn start_with(
+        config: ConfigDir,
+        filter: &str,
+        setup: impl FnOnce(&mut Command),
+    ) -> Gateway {
         let port = free_port();
         let log = config.dir.path().join("mcpgw.log");
         let log_file = std::fs::File::create(&log).expect("log file");
-        let proc = Proc::spawn(
-            "mcpgw serve",
-            Command::new(mcpgw())
-                .args(["serve", "--config"])
-                .arg(&config.path)
-                .args(["--listen", &format!("127.0.0.1:{port}")])
-                .env("RUST_LOG", filter)
-                .stdout(Stdio::null())
-                .stderr(log_file),
-        );
+        let mut command = Command::new(mcpgw());
+        command
+            .args(["serve", "--config"])
+            .arg(&config.path)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", filter)
+            .stdout(Stdio::null())
+            .stderr(log_file);
+        setup(&mut command);
+        let proc = Proc::spawn("mcpgw serve", &mut command);
         let gateway = Gateway {
             proc,
             port,
