@@ -234,13 +234,85 @@ impl OAuthStore for StoreOAuth {
             .map_err(store_error)
     }
 
+    /// One refresh at a time per (server, principal): in this process by a lock, across the
+    /// processes sharing the database (`mcpgw serve`, `mcpgw auth`, another gateway) by a lease
+    /// in the store. rmcp loads the stored tokens after taking the guard, so a refresh that
+    /// waited uses the refresh token the other one stored, never the one it rotated away.
     async fn refresh_guard(
         &self,
         server: &str,
     ) -> Result<Option<CredentialRefreshGuard>, OAuthError> {
         // NUL cannot occur in a server name or principal: the key is unambiguous.
         let key = format!("{server}\0{}", self.principal.as_str());
-        Ok(Some(REFRESH_LOCKS.acquire(&key).await))
+        let local = REFRESH_LOCKS.acquire(&key).await;
+        let lease = RefreshLease::take(&self.store, format!("oauth-refresh\0{key}")).await?;
+        Ok(Some(CredentialRefreshGuard::new((local, lease))))
+    }
+}
+
+/// How long a refresh's lease lasts: longer than any refresh (bounded by the server's
+/// timeout), and the longest a process that died holding one holds the others up.
+const REFRESH_LEASE: Duration = Duration::from_secs(60);
+/// How long a refresh waits for another process's before it gives up.
+const REFRESH_LEASE_WAIT: Duration = Duration::from_secs(70);
+
+/// A refresh's lease in the store, given back when dropped.
+struct RefreshLease {
+    store: Store,
+    key: String,
+    holder: String,
+}
+
+impl RefreshLease {
+    async fn take(store: &Store, key: String) -> Result<Self, OAuthError> {
+        static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let holder = format!(
+            "{}:{}",
+            std::process::id(),
+            TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let deadline = tokio::time::Instant::now() + REFRESH_LEASE_WAIT;
+        // Short at first: the lease this process just gave back is released in the background.
+        let mut pause = Duration::from_millis(5);
+        loop {
+            if store
+                .try_lease(&key, &holder, REFRESH_LEASE)
+                .await
+                .map_err(store_error)?
+            {
+                return Ok(Self {
+                    store: store.clone(),
+                    key,
+                    holder,
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(OAuthError::Store(format!(
+                    "another mcpgw process has been refreshing these tokens for over {} s",
+                    REFRESH_LEASE_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RefreshLease {
+    fn drop(&mut self) {
+        let (store, key, holder) = (
+            self.store.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.holder),
+        );
+        // Outside a runtime (the process is ending) the lease simply runs out.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = store.release_lease(&key, &holder).await {
+                    tracing::debug!(%error, "could not give a refresh lease back; it runs out");
+                }
+            });
+        }
     }
 }
 
@@ -539,6 +611,39 @@ mod tests {
                 .is_some(),
             "another client of the issuer stays"
         );
+    }
+
+    #[tokio::test]
+    async fn refreshes_are_serialised_across_processes_sharing_the_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mcpgw.db");
+        // Two handles on one file, as two processes have. Within one process the lock of
+        // `refresh_guard` serialises first; across processes only the lease can.
+        let gateway = Store::open(&path).await.expect("store");
+        let cli = Store::open(&path).await.expect("store");
+        let key = || "oauth-refresh\0docs\0local".to_owned();
+        let lease = RefreshLease::take(&gateway, key()).await.expect("lease");
+        let quick = Duration::from_millis(500);
+        assert!(
+            tokio::time::timeout(quick, RefreshLease::take(&cli, key()))
+                .await
+                .is_err(),
+            "the other process waits while one refreshes"
+        );
+        assert!(
+            tokio::time::timeout(
+                quick,
+                RefreshLease::take(&cli, "oauth-refresh\0wiki\0local".into())
+            )
+            .await
+            .is_ok(),
+            "another server is not held up"
+        );
+        drop(lease);
+        let taken = tokio::time::timeout(Duration::from_secs(5), RefreshLease::take(&cli, key()))
+            .await
+            .expect("the lease is given back when the refresh ends");
+        assert!(taken.is_ok());
     }
 
     #[tokio::test]

@@ -431,7 +431,7 @@ fn looks_like_a_credential(word: &str) -> bool {
         && word.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
-fn unix_millis(time: SystemTime) -> i64 {
+pub(crate) fn unix_millis(time: SystemTime) -> i64 {
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
         Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),

@@ -29,6 +29,7 @@ mod approvals;
 mod audit;
 mod clients;
 mod embeddings;
+mod leases;
 mod oauth;
 mod pins;
 mod secrets;
@@ -42,6 +43,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_pins.sql"),
     include_str!("../migrations/0005_approvals.sql"),
     include_str!("../migrations/0006_audit.sql"),
+    include_str!("../migrations/0007_leases.sql"),
 ];
 
 use std::path::{Path, PathBuf};

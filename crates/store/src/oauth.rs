@@ -1306,7 +1306,7 @@ mod tests {
             // dropped too).
             sqlx::raw_sql(
                 "DROP TABLE oauth_clients; DROP TABLE oauth_credentials; DROP TABLE oauth_states; DROP TABLE clients;
-                 DROP TABLE tool_pins; DROP TABLE tool_pins_generation; DROP TABLE approvals; DROP TABLE audit;
+                 DROP TABLE tool_pins; DROP TABLE tool_pins_generation; DROP TABLE approvals; DROP TABLE audit; DROP TABLE leases;
                  PRAGMA user_version = 1;",
             )
             .execute(&store.pool)
