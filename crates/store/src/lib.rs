@@ -5,7 +5,8 @@
 //! principal, pending authorizations), sealed with a secret key (`secrets`), and the clients
 //! of the HTTP listener with the hashes of their API keys (`clients`), and the tool pins: each
 //! tool's trusted definition and a held change (`pins`), the calls waiting for a human
-//! (`approvals`) and the audit log of tool calls with its retention (`audit`). Callers get
+//! (`approvals`), the audit log of tool calls with its retention (`audit`), and short leases
+//! that let one process at a time act for a key (`leases`: OAuth token refreshes). Callers get
 //! domain types, never rows.
 //!
 //! Architecture invariants:
