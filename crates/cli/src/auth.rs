@@ -169,10 +169,35 @@ pub(crate) async fn logout(
     config_path: Option<&Path>,
     name: &str,
     forget_client: bool,
+    principal: &str,
 ) -> Result<(), Failure> {
+    let local = principal == upstream::LOCAL_PRINCIPAL;
+    let known_form = ["client:", "user:"].iter().any(|prefix| {
+        principal
+            .strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty())
+    });
+    if !local && !known_form {
+        return Err(Failure::usage(anyhow!(
+            "--principal must be `local`, `client:NAME` or `user:SUBJECT` (as `mcpgw auth status` lists them), not '{principal}'"
+        )));
+    }
+    if !local && forget_client {
+        return Err(Failure::usage(anyhow!(
+            "--forget-client forgets the client every user of the server signs in with; sign out {principal} alone, or forget the client as the local user"
+        )));
+    }
     let config = load_config(config_path)?;
-    let store = open_store(&config).await?;
+    let store = StoreOAuth::open_for(&config.store, gateway::oauth::Principal::from_id(principal))
+        .await
+        .context("the database that keeps sign-ins cannot be opened")?;
     let credentials = ServerCredentials::new(store, name);
+    // Whose sign-in, in the messages: nothing more for the local user.
+    let whose = if local {
+        String::new()
+    } else {
+        format!(" for {principal}")
+    };
     let stored = credentials
         .credentials()
         .await
@@ -187,7 +212,7 @@ pub(crate) async fn logout(
         )));
     }
     if stored.is_none() {
-        println!("'{name}' has no stored sign-in");
+        println!("'{name}' has no stored sign-in{whose}");
         return Ok(());
     }
     if forget_client {
@@ -209,7 +234,7 @@ pub(crate) async fn logout(
             .forget_tokens()
             .await
             .context("cannot delete the sign-in")?;
-        println!("signed out of '{name}'");
+        println!("signed out of '{name}'{whose}");
     }
     Ok(())
 }

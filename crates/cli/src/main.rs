@@ -171,6 +171,10 @@ enum AuthCommand {
         /// sign-in registers a new one.
         #[arg(long)]
         forget_client: bool,
+        /// Whose tokens: `local` (the person running mcpgw), `client:NAME` or `user:SUBJECT`,
+        /// as `mcpgw auth status` lists them.
+        #[arg(long, default_value = "local")]
+        principal: String,
     },
 }
 
@@ -349,8 +353,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 AuthCommand::Logout {
                     server,
                     forget_client,
+                    principal,
                 },
-        } => auth::logout(config_path, &server, forget_client).await,
+        } => auth::logout(config_path, &server, forget_client, &principal).await,
         Command::Clients {
             command: ClientsCommand::Add { name },
         } => clients::add(config_path, &name).await,

@@ -58,9 +58,9 @@ pub struct StoreOAuth {
     principal: Principal,
 }
 
-/// Refreshes are serialised per (server, principal) in this process: one gateway may hold
-/// several [`StoreOAuth`]s on one database. Another process sharing the database is not
-/// coordinated with; the OAuth client copes with losing that race (see `upstream::oauth`).
+/// Refreshes are serialised per (server, principal) in this process by these locks (one gateway
+/// may hold several [`StoreOAuth`]s on one database), and across processes sharing the
+/// database by a lease in the store (see [`StoreOAuth::refresh_guard`]).
 static REFRESH_LOCKS: LazyLock<RefreshLocks> = LazyLock::new(RefreshLocks::default);
 
 impl StoreOAuth {
@@ -86,8 +86,16 @@ impl StoreOAuth {
     pub async fn open_local(
         config: &config::StoreConfig,
     ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
+        Self::open_for(config, Principal::local()).await
+    }
+
+    /// [`StoreOAuth::open_local`] for `principal` (`mcpgw auth logout --principal`).
+    pub async fn open_for(
+        config: &config::StoreConfig,
+        principal: Principal,
+    ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
         let store = Store::open(&crate::store_path(config)).await?;
-        Ok(Self::local(store))
+        Ok(Arc::new(Self::new(store, principal)))
     }
 
     pub fn principal(&self) -> &Principal {

@@ -197,6 +197,43 @@ fn each_client_calls_an_oauth_upstream_as_its_own_user() {
     let report = whoami(&gateway, &bob, "legacy", &[]);
     assert_eq!(user_of(&report, &gateway), "ben");
 
+    // The operator signs bob out, and only bob: his next call is offered a sign-in again.
+    let out = mcpgw_in(
+        &config_path,
+        &["auth", "logout", "docs", "--principal", "client:bob"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "signed out of 'docs' for client:bob"
+    );
+    let (_, rows) = oauth_status(&gateway, Some(&bob));
+    assert_eq!(rows[0]["logged_in"], false, "{rows}");
+    let (_, rows) = oauth_status(&gateway, Some(&alice));
+    assert_eq!(rows[0]["logged_in"], true, "{rows}");
+    let report = whoami(&gateway, &bob, "legacy", &[]);
+    assert_eq!(report["steps"][0]["isError"], true, "{report}");
+    let report = whoami(&gateway, &alice, "legacy", &[]);
+    assert_eq!(user_of(&report, &gateway), "ann");
+    for refused in [
+        &["auth", "logout", "docs", "--principal", "bob"][..],
+        &[
+            "auth",
+            "logout",
+            "docs",
+            "--principal",
+            "client:alice",
+            "--forget-client",
+        ][..],
+    ] {
+        let out = mcpgw_in(&config_path, refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}");
+    }
+
     // No key or token in the log.
     let log = gateway.log_text();
     for secret in fixture.secrets_seen().iter().chain([&alice, &bob]) {
