@@ -272,20 +272,38 @@ impl Server {
         let calls = self.handler.calls.clone();
         let idle = self.config.timeout;
         let options = Arc::new(options);
-        self.with_session_bounded(false, None, move |session| {
-            let mut params = CallToolRequestParams::new(name.clone());
-            params.arguments = arguments.clone();
-            params.input_responses = options.input_responses.clone();
-            params.request_state = options.request_state.clone();
-            // A legacy server ignores the key; a 2026-07-28 one logs only when it is there.
-            if let Some((level, _)) = &options.logs {
-                params.meta.get_or_insert_default().set_log_level(*level);
-            }
-            let calls = calls.clone();
-            let options = options.clone();
-            async move { call_once(&session, &calls, params, &options, idle).await }
-        })
-        .await
+        let response = self
+            .with_session_bounded(false, None, move |session| {
+                let mut params = CallToolRequestParams::new(name.clone());
+                params.arguments = arguments.clone();
+                params.input_responses = options.input_responses.clone();
+                params.request_state = options.request_state.clone();
+                // A legacy server ignores the key; a 2026-07-28 one logs only when it is there.
+                if let Some((level, _)) = &options.logs {
+                    params.meta.get_or_insert_default().set_log_level(*level);
+                }
+                let calls = calls.clone();
+                let options = options.clone();
+                async move { call_once(&session, &calls, params, &options, idle).await }
+            })
+            .await?;
+        // HTTP and SSE responses are held to the limit as they are read; a stdio message only
+        // to rmcp's own line limit (16 MiB), so its result is measured here.
+        let limit = self.max_response_bytes;
+        let oversized = matches!(self.config.transport, config::Transport::Stdio(_))
+            && match &response {
+                CallToolResponse::Complete(result) => exceeds(result, limit),
+                CallToolResponse::InputRequired(result) => exceeds(result, limit),
+                CallToolResponse::Task(result) => exceeds(result, limit),
+                _ => false,
+            };
+        if oversized {
+            return Err(UpstreamError::ResponseTooLarge {
+                server: self.name().to_owned(),
+                limit: self.max_response_bytes,
+            });
+        }
+        Ok(response)
     }
 
     /// Ends the session (and the child process group, for stdio).
@@ -720,6 +738,27 @@ async fn call_once(
     // The progress and log messages sent before the result reach the caller first.
     calls.backlog.settle(calls.backlog.received()).await;
     call_tool_response(result?)
+}
+
+/// Whether `value` serialises to more than `limit` bytes of JSON; stops counting once it does.
+fn exceeds(value: &impl Serialize, limit: usize) -> bool {
+    struct Count {
+        bytes: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes += buf.len();
+            if self.bytes > self.limit {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    serde_json::to_writer(&mut Count { bytes: 0, limit }, value).is_err()
 }
 
 /// A `tools/call` answer as the response it is. rmcp parses results as an untagged union, so a

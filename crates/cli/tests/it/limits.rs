@@ -153,10 +153,24 @@ fn network_fixture(transport: &str) -> (Proc, u16) {
 
 #[test]
 fn a_response_over_response_bytes_fails_that_call_and_the_gateway_keeps_serving() {
-    for (transport, path) in [("http", "mcp"), ("sse", "sse")] {
-        let (_upstream, port) = network_fixture(transport);
+    for (transport, path) in [("http", "mcp"), ("sse", "sse"), ("stdio", "")] {
+        // A stdio server's messages are bounded by rmcp's own 16 MiB line limit: the gateway
+        // measures the result against the configured one itself.
+        let (_upstream, server) = if transport == "stdio" {
+            let command = format!(
+                "{{ type = \"stdio\", command = {:?}, args = [{:?}] }}",
+                venv_bin("python"),
+                fixture()
+            );
+            (None, command)
+        } else {
+            let (upstream, port) = network_fixture(transport);
+            let url =
+                format!("{{ type = \"{transport}\", url = \"http://127.0.0.1:{port}/{path}\" }}");
+            (Some(upstream), url)
+        };
         let config = write_config(&format!(
-            "[[servers]]\nname = \"pics\"\ntransport = {{ type = \"{transport}\", url = \"http://127.0.0.1:{port}/{path}\" }}\n\n[limits]\nresponse_bytes = 1048576\n",
+            "[[servers]]\nname = \"pics\"\ntransport = {server}\n\n[limits]\nresponse_bytes = 1048576\n",
         ));
         let gateway = Gateway::start(config);
         let report = py_client(
