@@ -36,8 +36,8 @@ use rmcp::{
         CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequest,
         ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
         InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-        ProtocolVersion, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, Tool, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -101,9 +101,7 @@ impl Handoff {
         if !url_elicitation {
             return Self::Text;
         }
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let modern = crate::is_modern(context);
         if !modern {
             return Self::Elicit {
                 peer: context.peer.clone(),
@@ -153,9 +151,7 @@ impl Asker {
         if !form {
             return Self::Wait;
         }
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let modern = crate::is_modern(context);
         if !modern {
             return Self::Elicit {
                 peer: context.peer.clone(),
@@ -1267,10 +1263,7 @@ impl ServerHandler for Front {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
-        {
+        if crate::is_modern(&context) {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 "logging/setLevel",
@@ -1288,10 +1281,7 @@ impl ServerHandler for Front {
     ) -> Result<ListToolsResult, McpError> {
         let access = self.gateway.access(Principal::of(&context.extensions));
         let mut listed = ListToolsResult::with_all_items(self.visible_tools(&access));
-        if context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
-        {
+        if crate::is_modern(&context) {
             // The list depends on the caller's profile; listeners hear of changes at once.
             listed.cache_scope = Some(CacheScope::Private);
             listed.ttl_ms = Some(LIST_TTL_MS);
@@ -1385,9 +1375,7 @@ impl ServerHandler for Front {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let modern = crate::is_modern(&context);
         if modern {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,

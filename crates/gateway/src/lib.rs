@@ -662,6 +662,13 @@ async fn watch_changes(
     }
 }
 
+/// Whether `context`'s request speaks 2026-07-28 (stateless, per-request `_meta`) or later.
+pub(crate) fn is_modern(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+}
+
 /// Lists each ready server's tools again every `refresh_s` (per server; default an hour), for
 /// servers that never announce changes, and rebuilds the catalog when a list differs. Ends
 /// with the gateway.

@@ -48,7 +48,6 @@ use rmcp::{
         CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitRequestParams,
         ElicitResult, InputRequest, InputRequiredResult, InputResponses, ListRootsResult,
         LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-        ProtocolVersion,
     },
     service::{RequestContext, ServiceError},
 };
@@ -101,9 +100,7 @@ impl Caller {
         principal: &Principal,
         session_level: Option<LoggingLevel>,
     ) -> Self {
-        let modern = context
-            .protocol_version()
-            .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+        let modern = crate::is_modern(context);
         Self {
             peer: context.peer.clone(),
             capabilities: context.client_capabilities().unwrap_or_default(),

@@ -274,6 +274,14 @@ pub(crate) fn listen_for_changes(session: &Session, handler: UpstreamClient) {
 
 pub(crate) type Session = RunningService<RoleClient, UpstreamClient>;
 
+/// Whether `session` negotiated 2026-07-28 (stateless, per-request `_meta`) or later.
+pub(crate) fn is_modern(session: &Session) -> bool {
+    session
+        .peer()
+        .peer_info()
+        .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)
+}
+
 /// A live session and what was negotiated.
 pub(crate) struct Connected {
     pub session: Session,

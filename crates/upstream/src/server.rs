@@ -9,7 +9,7 @@ use netguard::Policy;
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
-        PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerResult,
+        PaginatedRequestParams, RequestMetaObject, ServerResult,
     },
     service::{PeerRequestOptions, ServiceError},
 };
@@ -695,9 +695,7 @@ async fn call_once(
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let mut request_options = PeerRequestOptions::no_options();
     if let Some(capabilities) = &options.client_capabilities
-        && peer
-            .peer_info()
-            .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)
+        && connect::is_modern(session)
     {
         let mut meta = RequestMetaObject::new();
         meta.set_client_capabilities(capabilities.clone());

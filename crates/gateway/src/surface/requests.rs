@@ -24,8 +24,8 @@ use rmcp::{
         CacheScope, CompleteRequestParams, CompleteResult, ContentBlock, ErrorCode,
         GetPromptRequestParams, GetPromptResponse, GetPromptResult, JsonObject, ListPromptsResult,
         ListResourceTemplatesResult, ListResourcesResult, MetaObject, PaginatedRequestParams,
-        PromptsCapability, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-        Reference, ResourceContents, ResourcesCapability, ResultType, ServerCapabilities,
+        PromptsCapability, ReadResourceRequestParams, ReadResourceResponse, Reference,
+        ResourceContents, ResourcesCapability, ResultType, ServerCapabilities,
     },
     service::RequestContext,
 };
@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use upstream::{Server, UpstreamError};
 
 use super::{PAGE_SIZE, Surface, page};
-use crate::{Access, Gateway, Principal, changes::Held};
+use crate::{Access, Gateway, Principal, changes::Held, is_modern};
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.
 /// `listChanged`: an upstream's change rebuilds the snapshot, then clients are told (`changes`).
@@ -363,12 +363,6 @@ fn drop_server_info(meta: &mut Option<MetaObject>) {
             *meta = None;
         }
     }
-}
-
-fn is_modern(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
 }
 
 fn not_found(uri: &str, modern: bool) -> McpError {

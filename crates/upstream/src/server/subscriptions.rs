@@ -20,7 +20,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use rmcp::{
     model::{
-        ErrorCode, ProtocolVersion, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
+        ErrorCode, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
         UnsubscribeRequestParams,
     },
     service::Subscription,
@@ -28,7 +28,10 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 use super::{Server, lock};
-use crate::{UpstreamError, connect::Session, connect::UpstreamClient};
+use crate::{
+    UpstreamError,
+    connect::{self, Session, UpstreamClient},
+};
 
 #[derive(Default)]
 pub(super) struct Subscriptions {
@@ -118,7 +121,7 @@ impl Server {
                 data: None,
             });
         }
-        if modern(&session) {
+        if connect::is_modern(&session) {
             let subscription = session
                 .peer()
                 .listen(filter(uri))
@@ -150,7 +153,7 @@ impl Server {
             return;
         }
         let uris: Vec<String> = subscriptions.wanted.keys().cloned().collect();
-        let modern = modern(session);
+        let modern = connect::is_modern(session);
         for uri in uris {
             let session = session.clone();
             let handler = self.handler.clone();
@@ -179,13 +182,6 @@ impl Server {
             }
         }
     }
-}
-
-fn modern(session: &Session) -> bool {
-    session
-        .peer()
-        .peer_info()
-        .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)
 }
 
 fn filter(uri: &str) -> SubscriptionFilter {
