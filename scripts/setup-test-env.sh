@@ -19,6 +19,8 @@ NPM_PEERS=(
   "@modelcontextprotocol/server-filesystem@2026.8.31"
   "@modelcontextprotocol/server-memory@2026.8.31"
   "@modelcontextprotocol/inspector@2.12.0"
+  # The official TypeScript SDK v1 client (as in Claude Code): tests/clients/ts_calls.mjs.
+  "@modelcontextprotocol/sdk@1.32.2"
 )
 PY_PEERS=(
   "mcp==2.3.0"

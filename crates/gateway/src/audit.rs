@@ -7,8 +7,10 @@
 //! failure is the upstream's (or reqwest's, with URLs) and may carry anything. The store
 //! scrubs the message once more before writing it.
 //!
-//! Writing is spawned: a slow or failing database delays no call and fails none; a failed
-//! write is logged at warn. Without a database the record only reaches the debug log.
+//! Writing is queued ([`writer`]): one task writes the records in batches, as many per
+//! transaction as queued meanwhile, so a slow or failing database delays no call and fails
+//! none; a failed write is logged at warn, and a record that finds the queue full is dropped
+//! and counted (`/healthz`). Without a database the record only reaches the debug log.
 //!
 //! Retention (`[audit]`): [`prune_periodically`] deletes the rows older than `retention_days`
 //! and those beyond the newest `max_rows` a minute after the gateway starts, then every hour,
@@ -25,6 +27,9 @@ pub use store::{CallDecision, CallOutcome};
 use upstream::UpstreamError;
 
 use crate::{Gateway, Principal};
+
+mod writer;
+pub use writer::{AuditHealth, AuditLog};
 
 /// One tool call as the audit log keeps it. Made by [`AuditRecord::begin`] when the call
 /// arrives (which fixes its time and starts its clock), completed as the call goes on, and
@@ -120,8 +125,9 @@ impl AuditRecord {
 }
 
 impl Gateway {
-    /// Writes `record` to the audit log in the background: never blocks, never fails the
-    /// call. A failed write is logged at warn; without a database the record is dropped.
+    /// Queues `record` for the audit log's writer: never blocks, never fails the call. A
+    /// failed write is logged at warn, a full queue drops and counts the record (see
+    /// [`writer`]); without a database the record only reaches the debug log.
     pub fn audit(&self, record: AuditRecord) {
         let entry = record.into_entry();
         tracing::debug!(
@@ -132,28 +138,18 @@ impl Gateway {
             latency_ms = entry.latency.as_millis() as u64,
             "tool call"
         );
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(tool = %entry.tool, "cannot write an audit record outside the runtime");
-            return;
-        };
-        self.audit_writes.spawn_on(
-            async move {
-                if let Err(error) = store.record_call(&entry).await {
-                    tracing::warn!(%error, tool = %entry.tool, principal = %entry.principal, "cannot write an audit record");
-                }
-            },
-            &runtime,
-        );
+        self.audit_log.record(entry);
     }
 
-    /// Waits for the audit records being written (at shutdown, before the store closes).
+    /// Waits until the audit records of the calls so far are written (at shutdown, before the
+    /// store closes; tests, before they read the log).
     pub async fn audit_written(&self) {
-        self.audit_writes.close();
-        self.audit_writes.wait().await;
-        self.audit_writes.reopen();
+        self.audit_log.flush().await;
+    }
+
+    /// The audit log's queue and counters, for `/healthz`.
+    pub fn audit_health(&self) -> AuditHealth {
+        self.audit_log.health()
     }
 }
 

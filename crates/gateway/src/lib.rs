@@ -23,6 +23,7 @@ mod audit;
 mod changes;
 mod client_auth;
 mod front;
+mod json_reply;
 mod jwt;
 mod limits;
 mod meta;
@@ -96,8 +97,8 @@ pub struct Gateway {
     most_used: RwLock<Arc<Vec<String>>>,
     /// Calls per minute per principal (`[limits]`, profiles' `calls_per_minute`).
     rate_limiter: limits::RateLimiter,
-    /// Audit records being written; [`Gateway::audit_written`] waits for them.
-    audit_writes: tokio_util::task::TaskTracker,
+    /// The audit log's queue and writer; [`Gateway::audit_written`] waits for it.
+    audit_log: audit::AuditLog,
     /// Each profile's allowed tools for the current catalog generation.
     profile_sets: access::ProfileSets,
     /// Calls in this process waiting for an approval decision.
@@ -166,6 +167,7 @@ impl Gateway {
         let network = Arc::new(config.network.policy());
         let upstreams = Upstreams::new(&config, &network, changes_tx, oauth);
         let (listeners, announcements) = changes::Listeners::new();
+        let audit_log = audit::AuditLog::new(store.clone());
         let gateway = Arc::new(Self {
             config,
             store,
@@ -180,7 +182,7 @@ impl Gateway {
             pins: pinning::Pins::default(),
             most_used: RwLock::new(Arc::new(Vec::new())),
             rate_limiter: limits::RateLimiter::new(),
-            audit_writes: tokio_util::task::TaskTracker::new(),
+            audit_log,
             profile_sets: access::ProfileSets::default(),
             approval_waiters: approval::Waiters::default(),
             listeners,

@@ -5,11 +5,12 @@
 use std::{net::SocketAddr, sync::Arc};
 
 use anyhow::Context;
-use axum::{Json, Router, routing::get};
+use axum::{Json, Router, routing::get, serve::ListenerExt as _};
 use rmcp::{
     ServiceExt,
     transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService,
+        session::local::LocalSessionManager,
     },
 };
 use tokio_util::sync::CancellationToken;
@@ -61,6 +62,14 @@ pub async fn serve_http_with(
         client_keys = if keys { "required" } else { "not required (loopback)" },
         "serving MCP over Streamable HTTP at http://{local}/mcp"
     );
+    // Every response is written as soon as it is ready: without TCP_NODELAY, Nagle holds the
+    // second small write of a response (an SSE body's next event, the chunked body's end)
+    // until the client's delayed ACK, about 40 ms on every call of a keep-alive client.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
@@ -82,23 +91,31 @@ pub fn http_app(
     let factory_logins = logins.clone();
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
+    // No SSE priming events: they tell a client where to resume a broken stream, and no event
+    // store keeps streams to resume from. A 2026-07-28 request whose answer needs no stream
+    // gets one JSON body (rmcp's `json_response`); a session's, from `json_reply`.
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
-        .with_max_request_body_bytes(request_bytes);
+        .with_max_request_body_bytes(request_bytes)
+        .with_sse_retry(None)
+        .with_json_response(true);
     if !local.ip().is_loopback() {
         // Host validation guards a loopback listener against DNS rebinding; on a network address
         // the operator's own Host names are not known, and client keys are required there.
         mcp_config = mcp_config.disable_allowed_hosts();
     }
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
     let service = StreamableHttpService::new(
         move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
-        Arc::new(LocalSessionManager::default()),
+        Arc::new(sessions),
         mcp_config,
     );
     let health_gateway = gateway.clone();
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn(crate::json_reply::prefer_json))
         // SEP-2243: `Mcp-Param-*` headers against the tools/call body, before rmcp reads it.
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
@@ -186,5 +203,6 @@ fn health(gateway: &Gateway) -> serde_json::Value {
     serde_json::json!({
         "tools": gateway.catalog().tools().len(),
         "servers": servers,
+        "audit": gateway.audit_health(),
     })
 }

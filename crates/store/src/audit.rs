@@ -153,24 +153,21 @@ impl Store {
     /// Appends `entry` to the audit log. The error message is scrubbed and cut to
     /// [`MAX_AUDIT_ERROR_CHARS`] first.
     pub async fn record_call(&self, entry: &AuditEntry) -> Result<(), StoreError> {
-        let error = entry.error.as_deref().map(scrub_error);
-        sqlx::query(
-            "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, approver,
-                                outcome, latency_ms, error)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(unix_millis(entry.at))
-        .bind(&entry.principal)
-        .bind(&entry.server)
-        .bind(&entry.tool)
-        .bind(&entry.arguments_sha256)
-        .bind(entry.decision.as_str())
-        .bind(entry.decision.approver())
-        .bind(entry.outcome.as_str())
-        .bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
-        .bind(error)
-        .execute(&self.pool)
-        .await?;
+        self.record_calls(std::slice::from_ref(entry)).await
+    }
+
+    /// Appends `entries` to the audit log in one transaction: one trip to SQLite's writer for
+    /// the whole batch, and either every row is written or none is. Each error message is
+    /// scrubbed and cut as by [`Store::record_call`].
+    pub async fn record_calls(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut transaction = self.pool.begin().await?;
+        for chunk in entries.chunks(AUDIT_INSERT_ROWS) {
+            insert_calls(&mut transaction, chunk).await?;
+        }
+        transaction.commit().await?;
         Ok(())
     }
 
@@ -446,6 +443,37 @@ fn from_unix_millis(ms: i64) -> SystemTime {
         UNIX_EPOCH.checked_sub(offset)
     };
     time.unwrap_or(UNIX_EPOCH)
+}
+
+
+/// Rows one `INSERT` of [`Store::record_calls`] writes: 10 bound values each, well under
+/// SQLite's limit of 32,766 per statement.
+const AUDIT_INSERT_ROWS: usize = 200;
+
+/// `entries` (at most [`AUDIT_INSERT_ROWS`]) as one multi-row `INSERT`, inside `transaction`:
+/// one statement, so one trip to SQLite's worker thread however many rows.
+async fn insert_calls(
+    transaction: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    entries: &[AuditEntry],
+) -> Result<(), StoreError> {
+    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, approver,
+                            outcome, latency_ms, error) ",
+    );
+    insert.push_values(entries, |mut row, entry| {
+        row.push_bind(unix_millis(entry.at))
+            .push_bind(entry.principal.as_str())
+            .push_bind(entry.server.as_str())
+            .push_bind(entry.tool.as_str())
+            .push_bind(entry.arguments_sha256.as_str())
+            .push_bind(entry.decision.as_str())
+            .push_bind(entry.decision.approver())
+            .push_bind(entry.outcome.as_str())
+            .push_bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
+            .push_bind(entry.error.as_deref().map(scrub_error));
+    });
+    insert.build().execute(&mut **transaction).await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -255,3 +255,126 @@ fn passthrough_mode_lists_every_tool_under_its_qualified_name() {
         steps[3]
     );
 }
+
+/// Runs tests/clients/ts_calls.mjs: `count` sequential calls of `tool` from the official
+/// TypeScript SDK client on one kept-alive connection; its JSON report.
+fn ts_calls(url: &str, tool: &str, arguments: Value, count: usize) -> Value {
+    let script = repo_root().join("tests/clients/ts_calls.mjs");
+    let output = std::process::Command::new(node22_bin().join("node"))
+        .arg(&script)
+        .args([url, tool, &arguments.to_string(), &count.to_string()])
+        .env("MCPGW_PEERS", peers())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "ts_calls failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// The regression test for a 40 ms stall on every call of a keep-alive client: accepted sockets
+/// without TCP_NODELAY, and a response written as several small writes, so Nagle held the
+/// second until the client's delayed ACK. Not a speed test: a call to a local stdio server takes
+/// a few milliseconds; 20 ms is half the stall.
+#[test]
+fn typescript_sdk_client_keep_alive_calls_do_not_stall() {
+    let config = write_config(&format!(
+        "[gateway]\nexposure = \"passthrough\"\n\n{}",
+        everything_stdio_server("everything")
+    ));
+    let gateway = Gateway::start(config);
+    let report = ts_calls(
+        &gateway.url(),
+        "everything__echo",
+        json!({"message": "hello"}),
+        50,
+    );
+    assert!(
+        report["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Echo: hello")),
+        "{report}"
+    );
+    let p50 = report["p50"].as_f64().expect("p50");
+    assert!(
+        p50 < 20.0,
+        "median of 50 keep-alive calls is {p50:.1} ms (a Nagle stall is ~40 ms): {report}"
+    );
+    // A call whose upstream sends nothing before its result is answered as one JSON body,
+    // not an event stream (the SDK's legacy session: rmcp itself answers SSE).
+    let types = &report["contentTypes"];
+    assert!(
+        types["application/json"].as_u64().unwrap_or(0) >= 50,
+        "tool calls answered as JSON: {report}"
+    );
+    assert!(
+        types.get("text/event-stream").is_none(),
+        "no call needed a stream: {report}"
+    );
+}
+
+/// The same through the `call_tool` meta-tool (search exposure), and a 2026-07-28 stateless
+/// request as raw HTTP: one JSON body, no priming event.
+#[test]
+fn meta_tool_calls_and_stateless_requests_are_answered_as_json() {
+    let config = write_config(&everything_stdio_server("everything"));
+    let gateway = Gateway::start(config);
+    let report = ts_calls(
+        &gateway.url(),
+        "call_tool",
+        json!({"name": "everything__echo", "arguments": {"message": "hi"}}),
+        20,
+    );
+    assert!(
+        report["text"].as_str().is_some_and(|t| t.contains("Echo: hi")),
+        "{report}"
+    );
+    assert!(report["p50"].as_f64().expect("p50") < 20.0, "{report}");
+    assert!(
+        report["contentTypes"].get("text/event-stream").is_none(),
+        "{report}"
+    );
+
+    let client = reqwest::blocking::Client::new();
+    let response = client
+        .post(gateway.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "call_tool")
+        .body(
+            json!({
+                "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {
+                    "name": "call_tool",
+                    "arguments": {"name": "everything__echo", "arguments": {"message": "raw"}},
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                        "io.modelcontextprotocol/clientCapabilities": {}
+                    }
+                }
+            })
+            .to_string(),
+        )
+        .send()
+        .expect("POST /mcp");
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    let body = response.text().expect("body");
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}: {body}"
+    );
+    let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert!(answer["result"].to_string().contains("Echo: raw"), "{answer}");
+}
