@@ -1,10 +1,11 @@
 //! The audit log's writer: records queue on a bounded channel and one task writes them, as
 //! many per transaction as have queued while the previous batch was written.
 //!
-//! A call only ever `try_send`s its record: it never waits for the database. Under light load
-//! every record is written at once, alone; under heavy load the batches grow (up to
-//! [`BATCH_ROWS`]) and the database sees one statement per batch instead of one transaction per
-//! call. When the queue is full ([`QUEUE_RECORDS`] waiting: the database is stalled or far
+//! A call only ever `try_send`s its record: it never waits for the database. A record that
+//! finds the writer idle is written at once; while records keep coming (the last write was
+//! under [`LINGER`] ago), the writer gathers them until [`LINGER`] after its last write (up to
+//! [`BATCH_ROWS`]), so the database sees a few multi-row statements a second instead of one
+//! transaction per call (each a round trip to sqlx's SQLite thread). When the queue is full ([`QUEUE_RECORDS`] waiting: the database is stalled or far
 //! slower than the calls), a record is dropped and counted; the count is logged at warn (at most
 //! every [`DROP_WARN_EVERY`]) and shown by `/healthz`. A batch the store refuses is logged and
 //! counted as failed; the writer goes on with the next.
@@ -24,6 +25,9 @@ pub const QUEUE_RECORDS: usize = 8_192;
 
 /// Records written by one transaction at most.
 pub const BATCH_ROWS: usize = 512;
+
+/// Under a steady stream of calls, the records of this long are written together.
+pub const LINGER: Duration = Duration::from_millis(50);
 
 /// Shortest time between two warnings about dropped records.
 pub const DROP_WARN_EVERY: Duration = Duration::from_secs(10);
@@ -159,11 +163,29 @@ async fn write(
     let mut messages = Vec::with_capacity(BATCH_ROWS);
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     let mut flushes = Vec::new();
-    while queue.recv_many(&mut messages, BATCH_ROWS).await > 0 {
+    let mut last_write: Option<tokio::time::Instant> = None;
+    let sort = |messages: &mut Vec<Message>,
+                batch: &mut Vec<store::AuditEntry>,
+                flushes: &mut Vec<oneshot::Sender<()>>| {
         for message in messages.drain(..) {
             match message {
                 Message::Record(entry) => batch.push(entry),
                 Message::Flush(done) => flushes.push(done),
+            }
+        }
+    };
+    while queue.recv_many(&mut messages, BATCH_ROWS).await > 0 {
+        sort(&mut messages, &mut batch, &mut flushes);
+        // Busy (the last write was under LINGER ago): gather what comes until LINGER after it,
+        // so a steady stream of calls costs the database a few writes a second, not one per
+        // call. A lone call, a flush or a full batch is written at once.
+        if let Some(until) = last_write.map(|at| at + LINGER) {
+            while flushes.is_empty() && batch.len() < BATCH_ROWS {
+                let room = BATCH_ROWS - batch.len();
+                match tokio::time::timeout_at(until, queue.recv_many(&mut messages, room)).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => sort(&mut messages, &mut batch, &mut flushes),
+                }
             }
         }
         if !batch.is_empty() {
@@ -178,6 +200,7 @@ async fn write(
                 }
             }
             batch.clear();
+            last_write = Some(tokio::time::Instant::now());
         }
         for done in flushes.drain(..) {
             let _ = done.send(());
