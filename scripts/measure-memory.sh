@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Measures mcpgw's memory and start-up time with one upstream server exposing many tools
-# (tests/fixtures/many_tools_server.py), in three runs:
+# (tests/fixtures/many_tools_server.py), in three runs, and its memory under load in a fourth:
 #
 #   1. cold    hybrid search, default local model (all-MiniLM-L6-v2), empty store: every tool
 #              is embedded at start-up
 #   2. warm    same store again: embeddings come from the cache
 #   3. bm25    [retrieval] strategy = "bm25": no model loaded at all
+#   4. load    not the many-tools server but server-everything over stdio, passthrough, BM25:
+#              RSS idle, then right after and MEASURE_SETTLE_S after MEASURE_LOAD_SESSIONS
+#              Streamable HTTP sessions (all at once), each making MEASURE_LOAD_CALLS
+#              `tools/call echo` on one keep-alive connection and then closing with DELETE.
+#              The issue 11 target is RSS after load <= 1.2x idle. Not in the default runs.
 #
 # Each run starts `mcpgw serve` on a free loopback port in its own process group, waits until
 # search is complete (the log's "search vectors ready", or "catalog ready" for bm25), reads VmRSS / VmHWM (peak) from /proc for the gateway and, labelled
@@ -15,9 +20,13 @@
 # Usage: scripts/measure-memory.sh [N_TOOLS]          (default 10000)
 # Env:   MEASURE_READY_TIMEOUT_S   wait for readiness per run (default 1200)
 #        MEASURE_BUILD=1           run `cargo build --release --bin mcpgw` even if the binary exists
-#        MEASURE_RUNS="bm25"       which runs, in order (default "cold warm bm25"; warm needs cold first)
+#        MEASURE_RUNS="bm25"       which runs, in order (default "cold warm bm25"; warm needs cold first;
+#                                  "load" ignores N_TOOLS)
+#        MEASURE_LOAD_SESSIONS, MEASURE_LOAD_CALLS   the load run's size (default 100 and 100)
+#        MEASURE_SETTLE_S          the load run's wait before its last reading (default 5)
 #        MEASURE_KEEP=1            keep the temp dir (configs, logs, store) and print its path
-# Needs: .peers/venv (scripts/setup-test-env.sh), the model (scripts/fetch-models.sh), curl.
+# Needs: .peers/venv (scripts/setup-test-env.sh), the model (scripts/fetch-models.sh), curl;
+# the load run needs server-everything under .peers/node_modules (setup-test-env.sh) and node.
 # Linux only (/proc). The binary is copied into the temp dir so a rebuild during the
 # measurement cannot change it between runs.
 set -euo pipefail
@@ -104,6 +113,123 @@ search_once() {
 }
 
 ROWS=()
+LOAD_LINE=""
+
+# The load run's client: SESSIONS sessions at once, CALLS calls each (Python standard library
+# only, one thread and one keep-alive connection per session). Prints a summary line; exits 1
+# when a call failed.
+load_clients() {
+  "$PY" - "$@" <<'PY'
+import http.client, json, sys, threading, time, urllib.parse
+
+url, sessions, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+u = urllib.parse.urlparse(url)
+base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+failed = []
+
+def post(conn, body, headers):
+    conn.request("POST", u.path, json.dumps(body), headers)
+    response = conn.getresponse()
+    return response, response.read()
+
+def session():
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+    response, _ = post(conn, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "measure-memory", "version": "0"}}}, base)
+    headers = dict(base, **{"Mcp-Session-Id": response.getheader("Mcp-Session-Id") or "",
+                            "MCP-Protocol-Version": "2025-06-18"})
+    post(conn, {"jsonrpc": "2.0", "method": "notifications/initialized"}, headers)
+    for i in range(calls):
+        response, body = post(conn, {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+            "params": {"name": "everything__echo", "arguments": {"message": "hello"}}}, headers)
+        if response.status != 200 or b"Echo: hello" not in body:
+            failed.append(body[:300])
+    conn.request("DELETE", u.path, headers=headers)
+    conn.getresponse().read()
+    conn.close()
+
+def guarded():
+    try:
+        session()
+    except Exception as error:  # a session that fails counts all its calls as failed
+        failed.extend([repr(error)] * calls)
+
+started = time.time()
+threads = [threading.Thread(target=guarded) for _ in range(sessions)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(f"{sessions} sessions x {calls} calls in {time.time() - started:.1f} s, {len(failed)} failed")
+if failed:
+    print(f"first failure: {failed[0]!r}", file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+# run_load: idle RSS, RSS right after the load, RSS MEASURE_SETTLE_S later.
+run_load() {
+  local port cfg log i sessions calls settle everything node
+  sessions="${MEASURE_LOAD_SESSIONS:-100}" calls="${MEASURE_LOAD_CALLS:-100}"
+  settle="${MEASURE_SETTLE_S:-5}"
+  everything="$REPO/.peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+  [[ -f "$everything" ]] || { echo "missing $everything: run scripts/setup-test-env.sh" >&2; exit 1; }
+  node="$(command -v node)" || { echo "node is required for the load run" >&2; exit 1; }
+  port="$(free_port)"
+  cfg="$WORK/load.toml"
+  log="$WORK/load.log"
+  mkdir -p "$WORK/load-data"
+  cat >"$cfg" <<EOF
+[gateway]
+listen = "127.0.0.1:$port"
+exposure = "passthrough"
+
+[[servers]]
+name = "everything"
+transport = { type = "stdio", command = "$node", args = ["$everything", "stdio"] }
+
+[retrieval]
+strategy = "bm25"
+
+[store]
+path = "$WORK/load-data/mcpgw.db"
+EOF
+  echo "==> [load] server-everything over stdio, $sessions sessions x $calls calls, port $port"
+  # XDG dirs in the temp dir too, so nothing of the user's (config, sign-ins) is read or written.
+  setsid env XDG_DATA_HOME="$WORK/load-data" XDG_CONFIG_HOME="$WORK/load-data" \
+    "$BIN" serve --config "$cfg" --log info >/dev/null 2>"$log" &
+  GW_PID=$!
+  for ((i = 0; ; i++)); do
+    grep -qF "catalog ready" "$log" && break
+    if ! kill -0 "$GW_PID" 2>/dev/null || ((i >= TIMEOUT_S * 2)); then
+      echo "gateway not ready; log:" >&2
+      cat "$log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  CHILD_PID="$(ps -o pid= --ppid "$GW_PID" | head -n1 | tr -d ' ')"
+  sleep 2 # let start-up allocations settle, as in the other runs
+  local idle after settled hwm summary
+  idle="$(mib "$GW_PID" VmRSS)"
+  summary="$(load_clients "http://127.0.0.1:$port/mcp" "$sessions" "$calls")" ||
+    echo "warning: some calls failed: $summary" >&2
+  after="$(mib "$GW_PID" VmRSS)"
+  sleep "$settle"
+  settled="$(mib "$GW_PID" VmRSS)" hwm="$(mib "$GW_PID" VmHWM)"
+  stop_gateway
+  printf '    %s\n' "$summary"
+  printf '    gateway: VmRSS idle %s MiB, right after the load %s, %s s later %s (%sx idle), VmHWM %s\n' \
+    "$idle" "$after" "$settle" "$settled" \
+    "$(awk -v a="$settled" -v b="$idle" 'BEGIN { printf "%.2f", a / b }')" "$hwm"
+  if grep -qE ' (WARN|ERROR) ' "$log"; then
+    echo "    log warnings/errors:"
+    grep -E ' (WARN|ERROR) ' "$log" | head -n 10 | sed 's/^/      /'
+  fi
+  LOAD_LINE="$(printf 'load: idle %s MiB, after %s x %s calls %s MiB, %s s later %s MiB' \
+    "$idle" "$sessions" "$calls" "$after" "$settle" "$settled")"
+}
 
 # run LABEL STRATEGY
 run() {
@@ -208,12 +334,16 @@ for which in ${MEASURE_RUNS:-cold warm bm25}; do
   case "$which" in
     cold | warm) run "$which" hybrid ;;
     bm25) run bm25 bm25 ;;
-    *) echo "unknown run '$which' in MEASURE_RUNS (cold, warm, bm25)" >&2; exit 2 ;;
+    load) run_load ;;
+    *) echo "unknown run '$which' in MEASURE_RUNS (cold, warm, bm25, load)" >&2; exit 2 ;;
   esac
 done
 
 echo
-echo "mcpgw memory, $N upstream tools (MiB; RSS read 2 s after ready; peak = VmHWM after the search)"
-printf '%-6s %6s %9s %10s %11s %13s %11s %12s %9s\n' run tools "ready(s)" "embed(s)" \
-  "gw RSS" "gw RSS+srch" "gw peak" "upstream RSS" "search ms"
-printf '%s\n' "${ROWS[@]}"
+if ((${#ROWS[@]} > 0)); then
+  echo "mcpgw memory, $N upstream tools (MiB; RSS read 2 s after ready; peak = VmHWM after the search)"
+  printf '%-6s %6s %9s %10s %11s %13s %11s %12s %9s\n' run tools "ready(s)" "embed(s)" \
+    "gw RSS" "gw RSS+srch" "gw peak" "upstream RSS" "search ms"
+  printf '%s\n' "${ROWS[@]}"
+fi
+[[ -z "$LOAD_LINE" ]] || echo "mcpgw memory under $LOAD_LINE"

@@ -668,6 +668,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::tests::shared;
     use crate::{Catalog, ServerTools};
 
     /// What a caller would see: `valid`, `unvalidated: <reason>`, or the errors, one per line.
@@ -1257,11 +1258,11 @@ mod tests {
         let (catalog, problems) = Catalog::build(&[ServerTools {
             server: "fs".into(),
             description: None,
-            tools: vec![
+            tools: shared(vec![
                 json!({"name": "read_file", "inputSchema": file_tool()}),
                 json!({"name": "broken", "inputSchema": {"type": "objekt"}}),
                 json!({"name": "remote", "inputSchema": {"$ref": "http://127.0.0.1:9/x"}}),
-            ],
+            ]),
         }]);
         assert_eq!(problems, Vec::new());
         catalog

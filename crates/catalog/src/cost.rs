@@ -1,24 +1,65 @@
 //! Token cost of a tool: what listing it in `tools/list` costs a client, in cl100k_base tokens.
 //!
-//! cl100k_base is bundled in `tiktoken-rs` (no network), but building its BPE takes a noticeable
-//! fraction of a second, so it is built once per process. It is an approximation for every model
+//! cl100k_base is bundled in `tiktoken-rs` (no network). It is an approximation for every model
 //! that is not OpenAI's; what matters is that it is stable and comparable between tools.
+//!
+//! Its tables take about 13 MB of heap once built (encoder, decoder and sorted token bytes,
+//! 100k entries each) and building them about 40 ms (release build). A gateway counts tokens
+//! only while it builds a catalog, so the tables are not kept for the life of the process: a
+//! [`Counter`] loads them, every `Counter` alive at the same time shares them, and they are
+//! freed with the last one. A catalog build makes one `Counter` for all its tools. Kept for the
+//! life of the process (a `LazyLock`), they were the largest single item on the heap of a
+//! gateway with a thousand tools; reloading costs a build those 40 ms.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use serde_json::{Map, Value};
 use tiktoken_rs::CoreBPE;
 
-/// `None` only if the bundled vocabulary failed to load, which would be a packaging bug; then
-/// [`count_tokens`] falls back to the usual four-bytes-per-token estimate rather than panic.
-static CL100K: LazyLock<Option<CoreBPE>> = LazyLock::new(|| tiktoken_rs::cl100k_base().ok());
+/// The tables while some [`Counter`] holds them.
+static SHARED: Mutex<Weak<CoreBPE>> = Mutex::new(Weak::new());
 
-/// cl100k_base tokens in `text`; special-token syntax such as `<|endoftext|>` counts as text.
-pub fn count_tokens(text: &str) -> usize {
-    match CL100K.as_ref() {
-        Some(bpe) => bpe.count_ordinary(text),
-        None => text.len().div_ceil(4),
+/// Counts cl100k_base tokens. Holds the tokenizer's tables until dropped; see the module docs.
+pub struct Counter {
+    /// `None` only if the bundled vocabulary failed to load, which would be a packaging bug;
+    /// then [`Counter::count`] falls back to the usual four-bytes-per-token estimate rather
+    /// than panic.
+    bpe: Option<Arc<CoreBPE>>,
+}
+
+impl Counter {
+    /// The tokenizer another `Counter` holds, else a freshly loaded one.
+    pub fn load() -> Counter {
+        Counter::load_shared(&SHARED)
     }
+
+    fn load_shared(shared: &Mutex<Weak<CoreBPE>>) -> Counter {
+        // Held while loading, so that concurrent first users wait for one load.
+        let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(bpe) = shared.upgrade() {
+            return Counter { bpe: Some(bpe) };
+        }
+        let bpe = tiktoken_rs::cl100k_base().ok().map(Arc::new);
+        if let Some(bpe) = &bpe {
+            *shared = Arc::downgrade(bpe);
+        }
+        Counter { bpe }
+    }
+
+    /// cl100k_base tokens in `text`; special-token syntax such as `<|endoftext|>` counts as
+    /// text.
+    pub fn count(&self, text: &str) -> usize {
+        match &self.bpe {
+            Some(bpe) => bpe.count_ordinary(text),
+            None => text.len().div_ceil(4),
+        }
+    }
+}
+
+/// cl100k_base tokens in `text` ([`Counter::count`]). Loads the tokenizer unless a [`Counter`]
+/// is alive: to count many texts, make one `Counter` and count with it.
+pub fn count_tokens(text: &str) -> usize {
+    Counter::load().count(text)
 }
 
 /// The tool as a client sees it in `tools/list`: `name` is the qualified name, optional fields
@@ -54,8 +95,8 @@ impl Listed<'_> {
     }
 
     /// Tokens of [`Self::to_json`] serialised compactly.
-    pub fn token_cost(&self) -> usize {
-        count_tokens(&self.to_json().to_string())
+    pub fn token_cost(&self, counter: &Counter) -> usize {
+        counter.count(&self.to_json().to_string())
     }
 }
 
@@ -90,8 +131,28 @@ mod tests {
         };
         expect![[r#"{"description":"Echoes back the input","inputSchema":{"properties":{"text":{"type":"string"}},"type":"object"},"name":"everything__echo"}"#]]
             .assert_eq(&listed.to_json().to_string());
-        let cost = listed.token_cost();
+        let counter = Counter::load();
+        let cost = listed.token_cost(&counter);
         assert!(cost > 0);
-        assert_eq!(cost, listed.token_cost());
+        assert_eq!(cost, listed.token_cost(&counter));
+    }
+
+    #[test]
+    fn counters_share_the_tables_and_the_last_one_frees_them() {
+        // A slot of its own: other tests may hold counters of the process-wide one.
+        let slot = Mutex::new(Weak::new());
+        let first = Counter::load_shared(&slot);
+        let second = Counter::load_shared(&slot);
+        let (Some(a), Some(b)) = (&first.bpe, &second.bpe) else {
+            panic!("the bundled vocabulary loads");
+        };
+        assert!(Arc::ptr_eq(a, b));
+        drop(first);
+        assert!(slot.lock().expect("not poisoned").upgrade().is_some());
+        assert_eq!(second.count("hello world"), 2);
+        drop(second);
+        assert!(slot.lock().expect("not poisoned").upgrade().is_none());
+        // Loaded again on demand, counting the same.
+        assert_eq!(Counter::load_shared(&slot).count("hello world"), 2);
     }
 }

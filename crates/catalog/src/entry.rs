@@ -1,5 +1,7 @@
 //! One upstream tool in the catalog: verbatim upstream data plus what the gateway derives.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -24,8 +26,10 @@ pub struct ToolEntry {
     pub description: String,
     /// The tool object verbatim; its schemas and annotations are read from here
     /// ([`ToolEntry::input_schema`] and friends) rather than copied, because tool JSON
-    /// dominates a large catalog's memory.
-    pub raw: Value,
+    /// dominates a large catalog's memory. For the same reason it is the very object of the
+    /// [`crate::ServerTools`] list the catalog was built from (the upstream's last good list),
+    /// shared, not a copy.
+    pub raw: Arc<Value>,
     /// The [`schema::resolve`]d input schema, only when resolving changed it.
     resolved: Option<Value>,
     /// cl100k_base tokens of the tool as listed to a client, see [`cost::Listed`].
@@ -83,7 +87,12 @@ pub const ONE_LINE_MAX_CHARS: usize = 160;
 impl ToolEntry {
     /// Parse one upstream tool and name it. The name is taken from `namer` only once the tool
     /// is known to be well-formed, so a broken tool never shifts the names of the ones after it.
-    pub(crate) fn parse(server: &str, raw: &Value, namer: &mut Namer) -> Result<Self, Error> {
+    pub(crate) fn parse(
+        server: &str,
+        raw: &Arc<Value>,
+        namer: &mut Namer,
+        counter: &cost::Counter,
+    ) -> Result<Self, Error> {
         let tool = raw.as_object().ok_or(Error::NotAnObject)?;
         let upstream_name = upstream_name(raw)?.to_string();
         let input_schema = match tool.get("inputSchema") {
@@ -111,7 +120,7 @@ impl ToolEntry {
             output_schema,
             annotations,
         }
-        .token_cost();
+        .token_cost(counter);
         let resolved = schema::resolve(input_schema);
         Ok(Self {
             resolved: (resolved != *input_schema).then_some(resolved),
@@ -121,7 +130,7 @@ impl ToolEntry {
             upstream_name,
             title,
             description,
-            raw: raw.clone(),
+            raw: Arc::clone(raw),
             token_cost,
         })
     }
@@ -263,7 +272,12 @@ mod tests {
     }
 
     fn entry(raw: Value) -> Result<ToolEntry, Error> {
-        ToolEntry::parse("s", &raw, &mut Namer::new())
+        ToolEntry::parse(
+            "s",
+            &Arc::new(raw),
+            &mut Namer::new(),
+            &crate::tests::TOKENIZER,
+        )
     }
 
     #[test]
@@ -383,7 +397,7 @@ mod tests {
         assert_eq!(e.title.as_deref(), Some("Nice Title"));
         assert_eq!(e.description, "");
         assert_eq!(e.output_schema(), None);
-        assert_eq!(e.raw, raw);
+        assert_eq!(*e.raw, raw);
         assert_eq!(
             e.input_schema(),
             &json!({"type": "object", "$defs": {"a": {}}})

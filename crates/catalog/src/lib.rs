@@ -1,7 +1,8 @@
 //! The tool catalog: upstream tool lists in, an immutable, searchable snapshot out.
 //!
 //! [`Catalog::build`] takes each server's tool list as plain data (the JSON objects exactly as
-//! the upstream sent them) and derives what the gateway needs: qualified names
+//! the upstream sent them, each in an `Arc` the catalog shares rather than copies: tool JSON is
+//! most of a large catalog's memory) and derives what the gateway needs: qualified names
 //! ([`naming`]), a resolved schema view for the model ([`schema`]), token costs ([`cost`]),
 //! a BM25 index with filters ([`search`]) and "did you mean" suggestions.
 //! It does not know where the lists came from: no async, no IO, no MCP SDK.
@@ -18,7 +19,8 @@
 //! reversibly, so the gateway can route a `resources/read` back to its server.
 //!
 //! Invariant: a Catalog is immutable; building never fails on upstream data. A malformed tool
-//! is skipped and reported as a [`Problem`], the rest loads.
+//! is skipped and reported as a [`Problem`], the rest loads. Being immutable, a catalog's
+//! clones share its tools and indexes, and each tool's JSON is the caller's own object.
 //!
 //! Invariant: names are deterministic. The same lists in the same order give the same
 //! qualified names, and a server's names do not depend on the other servers (see [`naming`]).
@@ -63,8 +65,10 @@ pub struct ServerTools {
     pub server: String,
     /// Shown to the search index and to models that ask what a server is for.
     pub description: Option<String>,
-    /// Raw MCP `Tool` objects as received.
-    pub tools: Vec<Value>,
+    /// Raw MCP `Tool` objects as received. Each is an `Arc` so that the catalog's
+    /// [`ToolEntry::raw`] is the same object as the caller's (the upstream's last good list),
+    /// not a copy: tool JSON is most of a large catalog's memory.
+    pub tools: Vec<Arc<Value>>,
 }
 
 /// How the lexical index is built. The default is what the gateway serves; `mcpgw eval`
@@ -160,8 +164,18 @@ fn has_cjk(text: &str) -> bool {
 
 /// An immutable snapshot of every upstream tool. `Send + Sync`; share it through an `Arc` and
 /// replace it whole on refresh.
+///
+/// Cloning is cheap: the tools and indexes are shared, not copied (a snapshot never changes),
+/// so the lexical catalog a refresh publishes and the same catalog with vectors attached
+/// ([`Catalog::with_vectors`]) hold one copy of the tools between them.
 #[derive(Clone)]
 pub struct Catalog {
+    lexical: Arc<Lexical>,
+    vectors: Option<Arc<ToolVectors>>,
+}
+
+/// Everything of a [`Catalog`] but its vectors.
+struct Lexical {
     tools: Vec<ToolEntry>,
     by_name: HashMap<String, usize>,
     /// The `server__tool` names of tools shown bare (`prefix = "when-needed"`).
@@ -169,15 +183,13 @@ pub struct Catalog {
     /// Server names and descriptions in the given order, each once.
     servers: Vec<(String, Option<String>)>,
     index: Bm25Index,
-    vectors: Option<ToolVectors>,
     total_token_cost: usize,
     /// Each tool's argument validator, in [`Catalog::tools`] order, compiled on first use.
     /// Shared by clones of this snapshot (the tools, hence the schemas, are the same).
-    validators: Arc<[OnceLock<ArgumentValidator>]>,
+    validators: Box<[OnceLock<ArgumentValidator>]>,
 }
 
 /// Tool embeddings: one vector per tool, in [`Catalog::tools`] order.
-#[derive(Clone)]
 struct ToolVectors {
     model: String,
     index: VectorIndex,
@@ -221,6 +233,8 @@ impl Catalog {
             }
         };
         let mut namer = Namer::with_rules(rules, contested);
+        // One tokenizer for every tool of this build, released when the build is done.
+        let counter = cost::Counter::load();
         let mut tools = Vec::new();
         let mut problems = Vec::new();
         let mut listed: Vec<(String, Option<String>)> = Vec::new();
@@ -248,7 +262,7 @@ impl Catalog {
                     problems.push(problem(Some(name), Error::DuplicateTool));
                     continue;
                 }
-                match ToolEntry::parse(&upstream.server, raw, &mut namer) {
+                match ToolEntry::parse(&upstream.server, raw, &mut namer, &counter) {
                     Ok(tool) => {
                         loaded.extend(name);
                         tools.push(tool);
@@ -278,14 +292,16 @@ impl Catalog {
         let total_token_cost = tools.iter().map(|t| t.token_cost).sum();
         let validators = tools.iter().map(|_| OnceLock::new()).collect();
         let catalog = Catalog {
-            tools,
-            by_name,
-            aliases,
-            servers: listed,
-            index,
+            lexical: Arc::new(Lexical {
+                tools,
+                by_name,
+                aliases,
+                servers: listed,
+                index,
+                total_token_cost,
+                validators,
+            }),
             vectors: None,
-            total_token_cost,
-            validators,
         };
         (catalog, problems)
     }
@@ -293,7 +309,7 @@ impl Catalog {
     /// The documents the lexical index is built from, one per tool in [`Catalog::tools`] order
     /// (for benchmarks and for explaining a ranking).
     pub fn search_documents(&self) -> Vec<Document> {
-        documents(&self.tools, &self.servers)
+        documents(&self.lexical.tools, &self.lexical.servers)
     }
 
     /// The text to embed for each tool, in [`Catalog::tools`] order, with the default
@@ -306,14 +322,15 @@ impl Catalog {
     /// only blurs them (metatool: vector 67.3 -> 64.7).
     pub fn embedding_texts(&self) -> Vec<String> {
         self.embedding_texts_with(&EmbeddingText {
-            server_description: self.servers.len() > 1,
+            server_description: self.lexical.servers.len() > 1,
             ..EmbeddingText::default()
         })
     }
 
     /// [`Catalog::embedding_texts`] with explicit options.
     pub fn embedding_texts_with(&self, options: &EmbeddingText) -> Vec<String> {
-        self.tools
+        self.lexical
+            .tools
             .iter()
             .map(|tool| options.text(tool, self.server_description(&tool.server)))
             .collect()
@@ -323,23 +340,24 @@ impl Catalog {
     /// embedded by `model_id` (an `Embedder::id`, so callers can tell whether their query
     /// vectors are comparable). Replaces any earlier vectors.
     pub fn with_vectors(self, model_id: String, vectors: Vec<Vec<f32>>) -> Result<Catalog, Error> {
-        if vectors.len() != self.tools.len() {
+        if vectors.len() != self.len() {
             return Err(Error::VectorCount {
-                tools: self.tools.len(),
+                tools: self.len(),
                 vectors: vectors.len(),
             });
         }
         let keys = self
+            .lexical
             .tools
             .iter()
             .map(|tool| tool.qualified.clone())
             .collect();
         let index = VectorIndex::build(keys, &vectors).map_err(Error::Vectors)?;
         Ok(Catalog {
-            vectors: Some(ToolVectors {
+            vectors: Some(Arc::new(ToolVectors {
                 model: model_id,
                 index,
-            }),
+            })),
             ..self
         })
     }
@@ -356,31 +374,38 @@ impl Catalog {
 
     /// Every tool: servers in the given order, tools in upstream order.
     pub fn tools(&self) -> &[ToolEntry] {
-        &self.tools
+        &self.lexical.tools
     }
 
     /// The tool with this qualified name, or with this `server__tool` name when it is shown
     /// bare (`prefix = "when-needed"`).
     pub fn get(&self, qualified: &str) -> Option<&ToolEntry> {
-        self.tools.get(self.position(qualified)?)
+        self.lexical.tools.get(self.position(qualified)?)
     }
 
     /// Where the tool [`Catalog::get`] finds is in [`Catalog::tools`].
     fn position(&self, name: &str) -> Option<usize> {
-        self.by_name
+        let lexical = &*self.lexical;
+        lexical
+            .by_name
             .get(name)
-            .or_else(|| self.aliases.get(name))
+            .or_else(|| lexical.aliases.get(name))
             .copied()
     }
 
     /// Server names in the given order, including servers that currently have no tools.
     pub fn servers(&self) -> Vec<&str> {
-        self.servers.iter().map(|(name, _)| name.as_str()).collect()
+        self.lexical
+            .servers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     /// The description configured or reported for `server`.
     pub fn server_description(&self, server: &str) -> Option<&str> {
-        self.servers
+        self.lexical
+            .servers
             .iter()
             .find(|(name, _)| name == server)?
             .1
@@ -389,12 +414,12 @@ impl Catalog {
 
     /// Number of tools.
     pub fn len(&self) -> usize {
-        self.tools.len()
+        self.lexical.tools.len()
     }
 
     /// Whether the catalog has no tools.
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.lexical.tools.is_empty()
     }
 
     /// BM25 over the tools `filter` lets through, best first, at most `top_k`. Ties break by
@@ -434,7 +459,7 @@ impl Catalog {
         let hybrid = &request.hybrid;
         let vector_index = self.vectors.as_ref().map(|vectors| &vectors.index);
         let query_vectors = request.query_vectors.unwrap_or_default();
-        let lexical = |query: &str| self.index.rank(query, &keep);
+        let lexical = |query: &str| self.lexical.index.rank(query, &keep);
         let semantic = |at: usize| -> Vec<Hit> {
             match (vector_index, query_vectors.get(at)) {
                 (Some(index), Some(vector)) => {
@@ -537,6 +562,7 @@ impl Catalog {
         keep: impl Fn(&ToolEntry) -> bool,
     ) -> Vec<&str> {
         let candidates = self
+            .lexical
             .tools
             .iter()
             .filter(|tool| keep(tool))
@@ -559,7 +585,8 @@ impl Catalog {
         let Some(at) = self.position(qualified) else {
             return Ok(Validation::UnknownTool);
         };
-        let (Some(tool), Some(slot)) = (self.tools.get(at), self.validators.get(at)) else {
+        let lexical = &*self.lexical;
+        let (Some(tool), Some(slot)) = (lexical.tools.get(at), lexical.validators.get(at)) else {
             return Ok(Validation::UnknownTool);
         };
         slot.get_or_init(|| ArgumentValidator::new(tool.input_schema()))
@@ -568,12 +595,12 @@ impl Catalog {
 
     /// Sum of every tool's [`ToolEntry::token_cost`]: what passthrough mode would cost a client.
     pub fn total_token_cost(&self) -> usize {
-        self.total_token_cost
+        self.lexical.total_token_cost
     }
 
     /// The document id of a tool is its index in `tools`.
     fn tool(&self, doc: DocId) -> Option<&ToolEntry> {
-        self.tools.get(usize::try_from(doc).ok()?)
+        self.lexical.tools.get(usize::try_from(doc).ok()?)
     }
 }
 
@@ -600,8 +627,8 @@ impl fmt::Debug for Catalog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Catalog")
             .field("servers", &self.servers())
-            .field("tools", &self.tools.len())
-            .field("total_token_cost", &self.total_token_cost)
+            .field("tools", &self.len())
+            .field("total_token_cost", &self.total_token_cost())
             .field("vector_model", &self.vector_model())
             .finish_non_exhaustive()
     }
@@ -617,6 +644,11 @@ mod tests {
 
     use super::*;
     use crate::search::Strategy;
+
+    /// Tool objects as a caller hands them over, each in its own `Arc`.
+    pub(crate) fn shared(tools: Vec<Value>) -> Vec<Arc<Value>> {
+        tools.into_iter().map(Arc::new).collect()
+    }
 
     fn tool(name: &str, description: &str, annotations: Value) -> Value {
         let mut tool = json!({
@@ -635,7 +667,7 @@ mod tests {
             ServerTools {
                 server: "everything".into(),
                 description: Some("Reference server that exercises every MCP feature".into()),
-                tools: vec![
+                tools: shared(vec![
                     tool(
                         "echo",
                         "Echoes back the input message.",
@@ -658,12 +690,12 @@ mod tests {
                             }}}
                         }
                     }),
-                ],
+                ]),
             },
             ServerTools {
                 server: "fs".into(),
                 description: None,
-                tools: vec![
+                tools: shared(vec![
                     tool(
                         "read_file",
                         "Read a file from disk.",
@@ -680,12 +712,12 @@ mod tests {
                         json!({"readOnlyHint": false, "destructiveHint": false}),
                     ),
                     tool("delete_file", "Delete a file.", json!(null)),
-                ],
+                ]),
             },
             ServerTools {
                 server: "github".into(),
                 description: Some("Issues and pull requests".into()),
-                tools: vec![
+                tools: shared(vec![
                     tool(
                         "search_repositories",
                         "Search GitHub repositories.",
@@ -701,12 +733,18 @@ mod tests {
                         "Read a file from a repository.",
                         json!({"readOnlyHint": true}),
                     ),
-                ],
+                ]),
             },
         ]
     }
 
+    /// Keeps the tokenizer loaded for the whole test process: the property tests build a
+    /// catalog per case, and loading it per build is slow in an unoptimised build.
+    pub(crate) static TOKENIZER: std::sync::LazyLock<cost::Counter> =
+        std::sync::LazyLock::new(cost::Counter::load);
+
     fn catalog() -> Catalog {
+        std::sync::LazyLock::force(&TOKENIZER);
         let (catalog, problems) = Catalog::build(&fixture());
         assert_eq!(problems, Vec::new());
         catalog
@@ -757,7 +795,7 @@ mod tests {
             ServerTools {
                 server: "broken".into(),
                 description: None,
-                tools: vec![
+                tools: shared(vec![
                     json!({"description": "no name", "inputSchema": {}}),
                     json!({"name": 42, "inputSchema": {}}),
                     json!({"name": "bad_schema", "inputSchema": []}),
@@ -767,17 +805,17 @@ mod tests {
                     json!({"name": "good", "inputSchema": {"type": "object"}, "description": "again"}),
                     json!({"name": "retried", "inputSchema": 1}),
                     json!({"name": "retried", "inputSchema": {}}),
-                ],
+                ]),
             },
             ServerTools {
                 server: "fine".into(),
                 description: None,
-                tools: vec![json!({"name": "ok", "inputSchema": {}})],
+                tools: shared(vec![json!({"name": "ok", "inputSchema": {}})]),
             },
             ServerTools {
                 server: "fine".into(),
                 description: None,
-                tools: vec![json!({"name": "shadow", "inputSchema": {}})],
+                tools: shared(vec![json!({"name": "shadow", "inputSchema": {}})]),
             },
         ];
         let (catalog, problems) = Catalog::build(&servers);
@@ -1296,12 +1334,28 @@ mod tests {
     }
 
     #[test]
+    fn tool_json_is_shared_with_the_caller_and_between_clones_not_copied() {
+        let servers = fixture();
+        let (catalog, _) = Catalog::build(&servers);
+        let echo = catalog.get("everything__echo").expect("echo");
+        assert!(Arc::ptr_eq(&echo.raw, &servers[0].tools[0]));
+        let with_vectors = catalog
+            .clone()
+            .with_vectors("test/topics".into(), tool_vectors(&catalog))
+            .expect("vectors");
+        assert!(std::ptr::eq(
+            catalog.tools().as_ptr(),
+            with_vectors.tools().as_ptr()
+        ));
+    }
+
+    #[test]
     fn suggest_finds_echo() {
         let mut servers = fixture();
         servers.push(ServerTools {
             server: "other".into(),
             description: None,
-            tools: vec![tool("echoes", "Something else.", json!(null))],
+            tools: shared(vec![tool("echoes", "Something else.", json!(null))]),
         });
         let (catalog, _) = Catalog::build(&servers);
         let check = |unknown: &str, expect: Expect| {
@@ -1372,6 +1426,7 @@ mod tests {
 
     #[test]
     fn names_are_stable_across_rebuilds_and_new_servers() {
+        std::sync::LazyLock::force(&TOKENIZER);
         let names = |servers: &[ServerTools]| -> Vec<(String, String)> {
             let (catalog, _) = Catalog::build(servers);
             catalog

@@ -199,7 +199,7 @@ fn sampled() -> Value {
 }
 
 /// One call of every listed tool, in listing order (see the module docs for the arguments).
-fn planned_calls(tools: &[Value]) -> Vec<ToolCall> {
+fn planned_calls(tools: &[Arc<Value>]) -> Vec<ToolCall> {
     let schema_of = |wanted: &str| {
         tools
             .iter()
@@ -322,7 +322,8 @@ mod tests {
                 "name": "add",
                 "inputSchema": { "type": "object", "properties": { "a": { "type": "number" }, "b": { "type": "string" } }, "required": ["a"] },
             }),
-        ];
+        ]
+        .map(Arc::new);
         let calls = planned_calls(&tools);
         let arguments: Vec<(&str, Value)> = calls
             .iter()

@@ -281,7 +281,7 @@ const PARAMS: &[(&str, &str)] = &[
 /// `size` tools, 25 to a server, as upstream `tools/list` answers would carry them.
 fn servers(size: usize) -> Vec<ServerTools> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let tools: Vec<Value> = (0..size)
+    let tools: Vec<Arc<Value>> = (0..size)
         .map(|at| {
             let (verb, noun) = (rng.pick(VERBS), rng.pick(NOUNS));
             let mut properties = serde_json::Map::new();
@@ -292,7 +292,7 @@ fn servers(size: usize) -> Vec<ServerTools> {
                     json!({"type": "string", "description": description}),
                 );
             }
-            json!({
+            Arc::new(json!({
                 "name": format!("{verb}_{}_{at}", noun.replace(' ', "_")),
                 "description": format!(
                     "{} a {noun} {}. {}.",
@@ -301,7 +301,7 @@ fn servers(size: usize) -> Vec<ServerTools> {
                     capitalise(rng.pick(PHRASES))
                 ),
                 "inputSchema": {"type": "object", "properties": properties},
-            })
+            }))
         })
         .collect();
     tools

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -86,7 +87,7 @@ struct ServerFile {
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
-    tools: Vec<Value>,
+    tools: Vec<Arc<Value>>,
 }
 
 fn read(path: &Path) -> Result<String, Error> {

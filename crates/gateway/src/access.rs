@@ -268,12 +268,15 @@ mod tests {
         let (catalog, _) = Catalog::build(&[catalog::ServerTools {
             server: server.to_owned(),
             description: None,
-            tools: vec![json!({
-                "name": name,
-                "description": "d",
-                "inputSchema": {"type": "object"},
-                "annotations": annotations,
-            })],
+            tools: vec![
+                json!({
+                    "name": name,
+                    "description": "d",
+                    "inputSchema": {"type": "object"},
+                    "annotations": annotations,
+                })
+                .into(),
+            ],
         }]);
         catalog.tools()[0].clone()
     }

@@ -1062,7 +1062,7 @@ fn server_of(catalog: &catalog::Catalog, name: &str) -> Option<String> {
 
 /// A catalog tool as `tools/list` shows it: the upstream's definition under its qualified name.
 fn listed_tool(entry: &catalog::ToolEntry) -> Option<Tool> {
-    let mut raw = entry.raw.clone();
+    let mut raw = (*entry.raw).clone();
     raw["name"] = Value::String(entry.qualified.clone());
     serde_json::from_value::<Tool>(raw).ok()
 }

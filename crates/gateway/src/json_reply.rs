@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use axum::{body::Body, extract::Request, middleware::Next, response::Response};
 use axum::body::Bytes;
+use axum::{body::Body, extract::Request, middleware::Next, response::Response};
 use futures::{StreamExt as _, stream};
 use http::{HeaderValue, Method, StatusCode, header};
 
@@ -262,7 +262,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_first_message_is_streamed_after_the_hold() {
-        let chunks = vec![": keep-alive\n\n", "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"];
+        let chunks = vec![
+            ": keep-alive\n\n",
+            "data: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n",
+        ];
         let whole: String = chunks.concat();
         let hold = Duration::from_millis(50);
         let response = collapse(sse(chunks, hold * 4), hold).await;
@@ -297,9 +300,15 @@ mod tests {
     #[test]
     fn only_responses_and_errors_count_as_the_answer() {
         assert!(is_response(RESULT));
-        assert!(is_response(r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#));
-        assert!(!is_response(r#"{"jsonrpc":"2.0","method":"notifications/message"}"#));
-        assert!(!is_response(r#"{"jsonrpc":"2.0","id":2,"method":"sampling/createMessage"}"#));
+        assert!(is_response(
+            r#"{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"m"}}"#
+        ));
+        assert!(!is_response(
+            r#"{"jsonrpc":"2.0","method":"notifications/message"}"#
+        ));
+        assert!(!is_response(
+            r#"{"jsonrpc":"2.0","id":2,"method":"sampling/createMessage"}"#
+        ));
         assert!(!is_response("not json"));
     }
 
@@ -311,7 +320,10 @@ mod tests {
             HeaderValue::from_static("text/event-stream, Application/JSON;q=0.9"),
         );
         assert!(accepts_json(&headers));
-        headers.insert(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
         assert!(!accepts_json(&headers));
     }
 }

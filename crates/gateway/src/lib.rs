@@ -478,7 +478,7 @@ impl Gateway {
                 tools: self
                     .upstreams
                     .latest_tools(server.name())
-                    .map(|tools| tools.as_ref().clone())
+                    .map(|tools| tools.to_vec())
                     .unwrap_or_default(),
             })
             .collect();

@@ -948,8 +948,9 @@ mod tests {
                             "type": "object",
                             "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
                         },
-                    }),
-                    json!({"name": "plain", "inputSchema": {"type": "object"}}),
+                    })
+                    .into(),
+                    json!({"name": "plain", "inputSchema": {"type": "object"}}).into(),
                 ],
             }],
             &catalog::IndexOptions::default(),

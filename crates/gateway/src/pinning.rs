@@ -469,7 +469,7 @@ pub(crate) async fn check(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<Ser
 /// with the very same definition; nothing else.
 fn unchanged_only(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<ServerTools> {
     let current = gateway.catalog();
-    let served: HashMap<(&str, &str), &Value> = current
+    let served: HashMap<(&str, &str), &Arc<Value>> = current
         .tools()
         .iter()
         .map(|t| ((t.server.as_str(), t.upstream_name.as_str()), &t.raw))
@@ -501,7 +501,7 @@ fn without(lists: &[ServerTools], held: &HashSet<(usize, usize)>) -> Vec<ServerT
             let held_names: HashSet<&str> = held
                 .iter()
                 .filter(|(hs, _)| *hs == s)
-                .filter_map(|&(_, t)| list.tools.get(t).and_then(loadable_name))
+                .filter_map(|&(_, t)| list.tools.get(t).and_then(|raw| loadable_name(raw)))
                 .collect();
             ServerTools {
                 server: list.server.clone(),
@@ -784,14 +784,18 @@ mod tests {
             server: "srv".to_owned(),
             description: None,
             tools: vec![
-                echo("one"),
-                json!({"name": "echo", "inputSchema": {"type": "object"}}),
-                json!({"name": "add", "inputSchema": {"type": "object"}}),
-                json!({"name": "broken"}),
+                echo("one").into(),
+                json!({"name": "echo", "inputSchema": {"type": "object"}}).into(),
+                json!({"name": "add", "inputSchema": {"type": "object"}}).into(),
+                json!({"name": "broken"}).into(),
             ],
         }];
         let out = without(&lists, &HashSet::from([(0, 0)]));
-        let names: Vec<&str> = out[0].tools.iter().filter_map(raw_name).collect();
+        let names: Vec<&str> = out[0]
+            .tools
+            .iter()
+            .filter_map(|raw| raw_name(raw))
+            .collect();
         assert_eq!(names, ["add", "broken"]);
     }
 }

@@ -9,8 +9,7 @@ use axum::{Json, Router, routing::get, serve::ListenerExt as _};
 use rmcp::{
     ServiceExt,
     transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-        session::local::LocalSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     },
 };
 use tokio_util::sync::CancellationToken;

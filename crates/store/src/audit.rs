@@ -448,7 +448,6 @@ fn from_unix_millis(ms: i64) -> SystemTime {
     time.unwrap_or(UNIX_EPOCH)
 }
 
-
 /// Rows one `INSERT` of [`Store::record_calls`] writes: 10 bound values each, well under
 /// SQLite's limit of 32,766 per statement.
 const AUDIT_INSERT_ROWS: usize = 200;
@@ -475,7 +474,9 @@ async fn insert_calls<'c>(
             .push_bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
             .push_bind(entry.error.as_deref().map(scrub_error));
     });
-    insert.build().execute(executor).await?;
+    // Not kept prepared: the text differs with the row count, and sqlx would cache one
+    // statement per batch size (megabytes of SQLite memory after a load).
+    insert.build().persistent(false).execute(executor).await?;
     Ok(())
 }
 

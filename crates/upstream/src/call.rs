@@ -40,7 +40,7 @@ use rmcp::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::ordered::Backlog;
+use crate::{lock, transport::ordered::Backlog};
 use tokio_util::sync::CancellationToken;
 
 /// How the caller of [`crate::Server::call_tool_with`] takes part in the call. The default
@@ -392,12 +392,6 @@ impl Drop for CancelOnDrop {
             let _ = peer.notify_cancelled(params).await;
         });
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@
 //! refresh that failed without a verdict on the sign-in is reported as such, without asking for a
 //! login.
 
-use std::{error::Error as StdError, sync::Arc, time::Duration};
+use std::{error::Error as StdError, sync::Arc};
 
 use config::Auth;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -62,9 +62,12 @@ use crate::{
     Era, Events, ListKind, ResourceUpdated, ToolsChanged, UpstreamError,
     call::{Answer, Ask, InFlight},
     oauth::{AuthError, AuthorizedClient},
-    ordered::Counted,
-    sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
-    stdio,
+    transport::{
+        self, http_client,
+        ordered::Counted,
+        sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
+        stdio,
+    },
 };
 
 /// The rmcp client handler mcpgw runs for each upstream session.
@@ -400,7 +403,7 @@ async fn connect_with(
                         http_client(policy.clone()).map_err(|e| client_error(&server, &e))?;
                     let transport = Counted::new(
                         StreamableHttpClientTransport::with_client(
-                            crate::http::SessionAwareClient::new(client),
+                            transport::streamable_http::SessionAwareClient::new(client),
                             transport_config,
                         ),
                         backlog,
@@ -476,17 +479,6 @@ pub(crate) fn response_too_large(error: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-/// The HTTP client of one server's connections (Streamable HTTP, SSE, and the MCP requests of
-/// its OAuth client): guarded by `policy`, redirects judged by the guard and then kept on the
-/// configured origin. There is no fallback to an unguarded client when building fails.
-pub(crate) fn http_client(policy: Arc<Policy>) -> Result<reqwest::Client, reqwest::Error> {
-    // Pooled connections idle out quickly: upstreams restart and we must not reuse dead sockets.
-    netguard::guarded_client_builder(policy.clone())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .redirect(netguard::redirect_policy(policy, same_origin_redirects))
-        .build()
-}
-
 fn client_error(server: &str, error: &reqwest::Error) -> UpstreamError {
     UpstreamError::Connect {
         server: server.to_owned(),
@@ -536,28 +528,6 @@ fn refusal_in<'a>(error: &'a (dyn StdError + 'static)) -> Option<&'a Refusal> {
         current = error.source();
     }
     None
-}
-
-/// reqwest's default limit of 10 redirects, but only within the origin first asked: the
-/// request carries credentials, custom headers included, that belong to that origin alone. A
-/// redirect elsewhere is not followed; the caller sees the 3xx.
-fn same_origin_redirects(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
-    let same_origin = attempt
-        .previous()
-        .first()
-        .is_some_and(|first| first.origin() == attempt.url().origin());
-    if !same_origin {
-        tracing::warn!(
-            status = %attempt.status(),
-            to = %attempt.url().origin().ascii_serialization(),
-            "not following a redirect away from the configured origin"
-        );
-        attempt.stop()
-    } else if attempt.previous().len() > 10 {
-        attempt.error("too many redirects")
-    } else {
-        attempt.follow()
-    }
 }
 
 /// Every header sent on every request: the custom headers, then the auth strategy's header

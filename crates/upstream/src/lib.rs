@@ -39,12 +39,9 @@
 mod call;
 mod connect;
 mod error;
-mod http;
 pub mod oauth;
-mod ordered;
 mod server;
-pub mod sse;
-mod stdio;
+pub mod transport;
 
 use std::{
     collections::HashMap,
@@ -55,7 +52,7 @@ use std::{
 pub use call::{Answer, Ask, Asked, CallOptions, Progress};
 pub use error::UpstreamError;
 use oauth::OAuthStore;
-pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus};
+pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus, ToolList};
 use tokio::sync::{broadcast, mpsc};
 
 /// The principal id of the person running mcpgw (stdio, the CLI, an open loopback listener):
@@ -236,7 +233,7 @@ impl Upstreams {
     /// The tool list to show for server `name`: the shared server's last good one, else the
     /// most recent any principal's server fetched (an OAuth server the local user never signed
     /// in to is listed through its other users).
-    pub fn latest_tools(&self, name: &str) -> Option<Arc<Vec<serde_json::Value>>> {
+    pub fn latest_tools(&self, name: &str) -> Option<ToolList> {
         let shared = self.get(name)?;
         if let Some(tools) = shared.tools() {
             return Some(tools);
@@ -338,7 +335,7 @@ fn make_room(own: &mut HashMap<String, Arc<Server>>, now: Instant) -> bool {
 
 /// Locks a std mutex, recovering the data if a panicking thread poisoned it: the maps kept
 /// here stay consistent between statements.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -19,6 +19,7 @@ use crate::{
     Events, UpstreamError,
     call::{CallOptions, CancelOnDrop, InFlight},
     connect::{self, Connected, Session, UpstreamClient},
+    lock,
     oauth::{
         AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthError, OAuthSettings, OAuthStore,
         ServerCredentials,
@@ -38,6 +39,12 @@ const MAX_TOOL_PAGES: usize = 100;
 /// Longest a tool call may run however much progress it reports (unless the server's own
 /// timeout is longer): the spec asks clients to enforce a maximum when progress resets timeouts.
 pub const MAX_CALL: Duration = Duration::from_secs(10 * 60);
+
+/// A server's tool list: each tool object exactly as the server sent it, in its order. Each
+/// tool is its own `Arc` so that the catalog built from the list shares the definitions
+/// (`catalog::ServerTools::tools`) instead of copying them: tool JSON is most of a large
+/// catalog's memory.
+pub type ToolList = Arc<[Arc<serde_json::Value>]>;
 
 /// Which protocol generation a server speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,7 +88,7 @@ pub struct ServerStatus {
 
 struct Live {
     session: Arc<Session>,
-    oversized: Option<crate::sse::Oversized>,
+    oversized: Option<crate::transport::sse::Oversized>,
 }
 
 /// Requests running now, and when the last one started or ended: what the idle sweep of
@@ -113,7 +120,7 @@ pub struct Server {
     live: Mutex<Option<Live>>,
     status: Mutex<ServerStatus>,
     /// The last good tool list and when it was fetched.
-    tools: Mutex<Option<(Instant, Arc<Vec<serde_json::Value>>)>>,
+    tools: Mutex<Option<(Instant, ToolList)>>,
     /// The last good resource, template and prompt lists and when they were fetched.
     lists: Mutex<Option<(Instant, Arc<Lists>)>>,
     /// The resources subscribed to (see `subscriptions`).
@@ -189,18 +196,18 @@ impl Server {
 
     /// The last tool list fetched successfully, raw as the server sent it. Kept while the server
     /// is down so search keeps working.
-    pub fn tools(&self) -> Option<Arc<Vec<serde_json::Value>>> {
+    pub fn tools(&self) -> Option<ToolList> {
         lock(&self.tools).as_ref().map(|(_, tools)| tools.clone())
     }
 
     /// [`Server::tools`] with the time it was fetched.
-    pub(crate) fn tools_fetched(&self) -> Option<(Instant, Arc<Vec<serde_json::Value>>)> {
+    pub(crate) fn tools_fetched(&self) -> Option<(Instant, ToolList)> {
         lock(&self.tools).clone()
     }
 
     #[cfg(test)]
     pub(crate) fn set_tools_for_test(&self, tools: Vec<serde_json::Value>) {
-        *lock(&self.tools) = Some((Instant::now(), Arc::new(tools)));
+        *lock(&self.tools) = Some((Instant::now(), tools.into_iter().map(Arc::new).collect()));
     }
 
     /// Whether a session is open now.
@@ -216,7 +223,7 @@ impl Server {
 
     /// Connects if needed and fetches the full tool list (all pages), then the resource,
     /// template and prompt lists ([`Server::refresh_lists`]).
-    pub async fn refresh_tools(&self) -> Result<Arc<Vec<serde_json::Value>>, UpstreamError> {
+    pub async fn refresh_tools(&self) -> Result<ToolList, UpstreamError> {
         let result = self
             .with_session(
                 true,
@@ -225,7 +232,7 @@ impl Server {
             .await;
         match result {
             Ok(tools) => {
-                let tools = Arc::new(tools);
+                let tools: ToolList = tools.into_iter().map(Arc::new).collect();
                 *lock(&self.tools) = Some((Instant::now(), tools.clone()));
                 lock(&self.status).tool_count = Some(tools.len());
                 // Whoever lists the tools wants the rest of the server's surface too; a list
@@ -784,12 +791,4 @@ async fn close_session(session: Arc<Session>) {
         // loop, which drops the transport and kills the child group.
         Err(session) => session.cancellation_token().cancel(),
     }
-}
-
-/// Locks a std mutex, recovering the data if a panicking thread poisoned it: the values kept
-/// here are plain snapshots that stay consistent between statements.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -367,7 +367,9 @@ fn meta_tool_calls_and_stateless_requests_are_answered_as_json() {
         20,
     );
     assert!(
-        report["text"].as_str().is_some_and(|t| t.contains("Echo: hi")),
+        report["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Echo: hi")),
         "{report}"
     );
     assert_no_stall(&report);
@@ -413,5 +415,8 @@ fn meta_tool_calls_and_stateless_requests_are_answered_as_json() {
     );
     let answer: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     assert_eq!(answer["id"], 7, "{answer}");
-    assert!(answer["result"].to_string().contains("Echo: raw"), "{answer}");
+    assert!(
+        answer["result"].to_string().contains("Echo: raw"),
+        "{answer}"
+    );
 }
