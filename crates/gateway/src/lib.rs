@@ -16,25 +16,12 @@
 //! - What an upstream asks of the user during a call reaches only the client that made the call
 //!   (`relay`); a call a client cancels is cancelled upstream.
 
-pub mod access;
-mod admin;
-mod approval;
 mod audit;
-mod changes;
-mod client_auth;
-mod front;
-mod json_reply;
-mod jwt;
-mod limits;
-mod meta;
+mod http;
+mod mcp;
 pub mod oauth;
-mod param_headers;
-mod pinning;
-mod relay;
-mod result;
+mod policy;
 mod semantic;
-mod serve;
-mod surface;
 
 use std::{
     collections::HashMap,
@@ -45,21 +32,32 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use access::Access;
-pub use admin::approval_json;
-pub use approval::{DecisionError, may_decide};
+pub use self::http::{
+    ClientAccess, Principal, RESOURCE_METADATA_PATH, approval_json, http_app, serve_http,
+    serve_http_with, serve_stdio,
+};
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
     upstream_error_summary,
 };
 use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
-pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
-pub use front::Front;
-pub use pinning::{ApproveError, HeldTool, held_json};
+pub use mcp::Front;
+use mcp::{changes, meta, relay, surface};
+pub use policy::access::{self, Access};
+pub use policy::{ApproveError, DecisionError, HeldTool, held_json, may_decide};
+use policy::{approval, limits, pinning};
 pub use semantic::Semantic;
-pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};
 use tokio::sync::mpsc;
 use upstream::{ListKind, ToolsChanged, Upstreams};
+
+/// Locks a std mutex, recovering the data if a panicking thread poisoned it: what the gateway
+/// keeps under its mutexes (listeners, parked calls, pending logins, a call's audit record) is
+/// consistent between statements.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Longest a search waits for its query to be embedded before answering with BM25 alone.
 const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);

@@ -341,16 +341,23 @@ fn typescript_sdk_client_keep_alive_calls_do_not_stall() {
     assert_no_stall(&report);
 }
 
-/// A keep-alive client's calls show no Nagle stall: the median under 20 ms and at most a tenth
-/// of the calls over it (with the stall about half the calls took ~40 ms, so the median alone
-/// could miss it).
+/// A keep-alive client's calls show no Nagle stall: the median under 20 ms and at most a third
+/// of the calls over 35 ms. With the stall about half the calls took 40-55 ms (the delayed ACK),
+/// so the median alone could land either side; a loaded test machine slows calls too, but not
+/// half of them past 35 ms.
 fn assert_no_stall(report: &Value) {
     let p50 = report["p50"].as_f64().expect("p50");
-    let calls = report["ms"].as_array().map_or(0, Vec::len);
-    let slow = report["over20ms"].as_u64().expect("over20ms") as usize;
+    let ms: Vec<f64> = report["ms"]
+        .as_array()
+        .expect("ms")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+    let stalled = ms.iter().filter(|&&m| m > 35.0).count();
     assert!(
-        p50 < 20.0 && slow * 10 <= calls,
-        "median {p50:.1} ms, {slow} of {calls} calls over 20 ms (a Nagle stall is ~40 ms): {report}"
+        p50 < 20.0 && stalled * 3 <= ms.len(),
+        "median {p50:.1} ms, {stalled} of {} calls over 35 ms (a Nagle stall is ~40 ms): {report}",
+        ms.len()
     );
 }
 

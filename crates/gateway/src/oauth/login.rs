@@ -47,7 +47,7 @@ use url::Url;
 use super::{
     NotAnOAuthServer, StoreOAuth, browser_page, oauth_server, oauth_servers, unix_seconds,
 };
-use crate::{Gateway, Principal};
+use crate::{Gateway, Principal, lock};
 
 /// Where the browser comes back to, unless a server's configuration names its own
 /// `redirect_uri` on the gateway's address.
@@ -824,12 +824,6 @@ fn query_param(url: &str, name: &str) -> Option<String> {
         .query_pairs()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

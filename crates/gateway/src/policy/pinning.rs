@@ -34,20 +34,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use axum::{
-    Extension, Json, Router,
-    body::Bytes,
-    extract::State,
-    http::StatusCode,
-    response::{IntoResponse, Response},
-    routing::{get, post},
-};
 use catalog::{ServerTools, naming::Namer};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use store::{PinHash, SeenTool};
 
-use crate::{Gateway, Principal};
+use crate::Gateway;
 
 /// The fields of a tool that make up its pinned definition.
 pub const PINNED_FIELDS: [&str; 6] = [
@@ -565,87 +557,6 @@ pub(crate) async fn watch_approvals(gateway: Weak<Gateway>) {
     }
 }
 
-/// `GET /admin/tools/held` and `POST /admin/tools/approve` (`{"name": "server__tool"}`), for
-/// admins only (the local user, or a principal whose profile says `admin = true`).
-pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route("/admin/tools/held", get(held))
-        .route("/admin/tools/approve", post(approve))
-        .with_state(gateway)
-}
-
-async fn held(
-    State(gateway): State<Arc<Gateway>>,
-    principal: Option<Extension<Principal>>,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, principal) {
-        return refused;
-    }
-    let held: Vec<Value> = gateway.held_tools().iter().map(held_json).collect();
-    Json(json!({ "held": held })).into_response()
-}
-
-async fn approve(
-    State(gateway): State<Arc<Gateway>>,
-    principal: Option<Extension<Principal>>,
-    body: Bytes,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, principal) {
-        return refused;
-    }
-    let name = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|body| body.get("name")?.as_str().map(str::to_owned));
-    let Some(name) = name else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the body must be a JSON object with the qualified tool name: {\"name\": \"server__tool\"}",
-        );
-    };
-    match gateway.approve_tool(&name).await {
-        Ok(held) => Json(json!({
-            "approved": held.qualified,
-            "server": held.server,
-            "sha256": hex(&held.hash),
-        }))
-        .into_response(),
-        Err(ApproveError::NotHeld(_)) => error(
-            StatusCode::NOT_FOUND,
-            &format!("no held tool named '{name}'"),
-        ),
-        Err(ApproveError::NoStore) => error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "tool pinning is off: the database could not be opened",
-        ),
-        Err(ApproveError::Store(store_error)) => {
-            tracing::error!(error = %store_error, "cannot approve a held tool");
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the approval could not be recorded; try again",
-            )
-        }
-    }
-}
-
-#[allow(clippy::result_large_err)]
-fn admin_only(gateway: &Gateway, principal: Option<Extension<Principal>>) -> Result<(), Response> {
-    let principal = principal.map_or(Principal::Local, |Extension(p)| p);
-    if principal.is_admin(&gateway.config().policy) {
-        Ok(())
-    } else {
-        Err(error(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "{principal} is not an administrator: the admin endpoints need a profile with admin = true"
-            ),
-        ))
-    }
-}
-
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
-}
-
 /// One held tool as the admin endpoint and `mcpgw tools held --json` show it.
 pub fn held_json(tool: &HeldTool) -> Value {
     json!({
@@ -661,7 +572,7 @@ pub fn held_json(tool: &HeldTool) -> Value {
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

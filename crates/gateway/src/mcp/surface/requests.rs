@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use upstream::{Server, UpstreamError};
 
 use super::{PAGE_SIZE, Surface, page};
-use crate::{Access, Gateway, Principal, changes::Held, is_modern};
+use crate::{Access, Gateway, Principal, is_modern, mcp::changes::Held};
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.
 /// `listChanged`: an upstream's change rebuilds the snapshot, then clients are told (`changes`).

@@ -46,11 +46,12 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use crate::{
-    Access, AuditRecord, CallDecision, CallOutcome, Gateway, Principal,
-    approval::{self, Answer, DecisionError},
-    meta,
+    Access, AuditRecord, CallDecision, CallOutcome, Gateway, Principal, lock,
+    mcp::meta,
+    mcp::relay,
+    mcp::result,
     oauth::login::{self, Logins, Waited},
-    relay, result,
+    policy::approval::{self, Answer, DecisionError},
 };
 
 /// One front-end handler; cheap to clone, one per HTTP session or stdio connection.
@@ -722,8 +723,13 @@ impl Front {
                     Err(error) => return complete(error),
                 };
                 if include.resources || include.prompts {
-                    let found =
-                        crate::surface::search(&self.gateway, access, &known, &search, include);
+                    let found = crate::mcp::surface::search(
+                        &self.gateway,
+                        access,
+                        &known,
+                        &search,
+                        include,
+                    );
                     return complete(found.await);
                 }
                 let found = self.gateway.search(&search).await;
@@ -1086,12 +1092,6 @@ fn approval_input(pending: &store::Approval, why: &str) -> Option<InputRequiredR
     ))
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Whether `error` from `server` is one a sign-in cures: the server is configured for OAuth
 /// (mcpgw knows how to sign in to it) and answered 401 without a usable token.
 fn needs_sign_in(server: &Server, error: &UpstreamError) -> bool {
@@ -1195,7 +1195,7 @@ impl ServerHandler for Front {
                 .build(),
         )
         .with_server_info(Implementation::new("mcpgw", env!("CARGO_PKG_VERSION")));
-        crate::surface::requests::declare(&mut info.capabilities);
+        crate::mcp::surface::requests::declare(&mut info.capabilities);
         // Profiles may give a client passthrough; the instructions speak of the meta-tools,
         // which most clients see.
         if self.gateway.config().gateway.exposure != config::Exposure::Passthrough {
@@ -1212,7 +1212,7 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        crate::surface::requests::list_resources(&self.gateway, request, &context)
+        crate::mcp::surface::requests::list_resources(&self.gateway, request, &context)
     }
 
     async fn list_resource_templates(
@@ -1220,7 +1220,7 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        crate::surface::requests::list_resource_templates(&self.gateway, request, &context)
+        crate::mcp::surface::requests::list_resource_templates(&self.gateway, request, &context)
     }
 
     async fn read_resource(
@@ -1228,7 +1228,7 @@ impl ServerHandler for Front {
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        crate::surface::requests::read_resource(&self.gateway, request, &context).await
+        crate::mcp::surface::requests::read_resource(&self.gateway, request, &context).await
     }
 
     async fn list_prompts(
@@ -1236,7 +1236,7 @@ impl ServerHandler for Front {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        crate::surface::requests::list_prompts(&self.gateway, request, &context)
+        crate::mcp::surface::requests::list_prompts(&self.gateway, request, &context)
     }
 
     async fn get_prompt(
@@ -1244,7 +1244,7 @@ impl ServerHandler for Front {
         request: rmcp::model::GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        crate::surface::requests::get_prompt(&self.gateway, request, &context).await
+        crate::mcp::surface::requests::get_prompt(&self.gateway, request, &context).await
     }
 
     async fn complete(
@@ -1252,7 +1252,7 @@ impl ServerHandler for Front {
         request: rmcp::model::CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
-        crate::surface::requests::complete(&self.gateway, request, &context).await
+        crate::mcp::surface::requests::complete(&self.gateway, request, &context).await
     }
 
     /// `logging/setLevel`: the level of the upstreams' log messages relayed to this session's
@@ -1389,7 +1389,7 @@ impl ServerHandler for Front {
                 None,
             ));
         };
-        let held = crate::surface::requests::hold_resource(
+        let held = crate::mcp::surface::requests::hold_resource(
             &self.gateway,
             Principal::of(&context.extensions),
             &request.uri,
@@ -1438,7 +1438,7 @@ impl ServerHandler for Front {
         for shown in context.accepted().resource_subscriptions.iter().flatten() {
             // The stream is acknowledged already: a resource that cannot be subscribed to is
             // left out (and said in the log), the others still work.
-            match crate::surface::requests::hold_resource(
+            match crate::mcp::surface::requests::hold_resource(
                 &self.gateway,
                 principal.clone(),
                 shown,

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Front, Gateway,
-    client_auth::{self, ClientAccess},
+    http::client_auth::{self, ClientAccess},
     oauth::login::{self, Logins},
 };
 
@@ -114,11 +114,13 @@ pub fn http_app(
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
-        .route_layer(axum::middleware::from_fn(crate::json_reply::prefer_json))
+        .route_layer(axum::middleware::from_fn(
+            crate::http::json_reply::prefer_json,
+        ))
         // SEP-2243: `Mcp-Param-*` headers against the tools/call body, before rmcp reads it.
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
-            crate::param_headers::check,
+            crate::mcp::param_headers::check,
         ))
         .layer(axum::middleware::map_response(move |response| {
             transport_errors_as_json_rpc(response, request_bytes)
@@ -131,8 +133,7 @@ pub fn http_app(
             }),
         )
         .merge(login::routes(gateway.clone(), logins))
-        .merge(crate::pinning::routes(gateway.clone()))
-        .merge(crate::admin::routes(gateway.clone()));
+        .merge(crate::http::admin::routes(gateway.clone()));
     client_auth::apply(app, access, local)
 }
 
@@ -166,7 +167,7 @@ async fn transport_errors_as_json_rpc(
             -32600,
             format!(
                 "request body is larger than the {} limit ([limits] request_bytes)",
-                crate::result::human_bytes(request_bytes)
+                crate::mcp::result::human_bytes(request_bytes)
             ),
         )
     } else if text.contains("deserialize") || text.contains("parse") {

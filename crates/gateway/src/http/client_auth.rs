@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::{
     Gateway,
-    jwt::{self, Rejection},
+    http::jwt::{self, Rejection},
     oauth::login::CALLBACK_PATH,
 };
 

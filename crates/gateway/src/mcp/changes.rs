@@ -30,7 +30,7 @@ use rmcp::{Peer, RoleServer, service::SubscriptionSink};
 use tokio::sync::mpsc;
 use upstream::{ListKind, ResourceUpdated, Server};
 
-use crate::{Gateway, Principal};
+use crate::{Gateway, Principal, lock};
 
 /// Changes within this window after the first are announced together.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -341,16 +341,10 @@ pub(crate) async fn deliver(
 
 /// A digest of the `tools/list` `principal` gets now.
 fn fingerprint(gateway: &Arc<Gateway>, principal: &Principal) -> u64 {
-    let listed = crate::front::listed_tools(gateway, principal.clone());
+    let listed = crate::mcp::front::listed_tools(gateway, principal.clone());
     let mut hasher = DefaultHasher::new();
     serde_json::to_string(&listed)
         .unwrap_or_default()
         .hash(&mut hasher);
     hasher.finish()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -10,7 +10,7 @@ use crate::{Found, Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
-use crate::result::tool_error;
+use crate::mcp::result::tool_error;
 
 pub(crate) const SEARCH_TOOLS: &str = "search_tools";
 pub(crate) const GET_TOOL_DETAILS: &str = "get_tool_details";

@@ -211,7 +211,7 @@ impl<'a> Access<'a> {
         match self.exposure() {
             config::Exposure::Passthrough | config::Exposure::Auto => self.passthrough_tokens(),
             config::Exposure::Search => {
-                let tools = crate::meta::tools(&self.servers());
+                let tools = crate::mcp::meta::tools(&self.servers());
                 let catalog = self.gateway.catalog();
                 let pinned: usize = self
                     .pinned()
@@ -239,7 +239,7 @@ impl<'a> Access<'a> {
         }) {
             return tool.explanation();
         }
-        crate::meta::unknown_tool_message_where(catalog, name, &|entry| self.permits(entry))
+        crate::mcp::meta::unknown_tool_message_where(catalog, name, &|entry| self.permits(entry))
     }
 }
 

@@ -1,11 +1,15 @@
-//! The approvals part of the admin HTTP API, beside `/mcp` (client auth applies; see
-//! `client_auth`):
+//! The admin HTTP API, beside `/mcp` (client auth applies; see `client_auth`), with one JSON
+//! error shape (`{"error": "..."}`) for every refusal:
 //!
 //! - `GET /admin/approvals`: the pending approvals the caller may decide (every one for an
 //!   admin, its own for any other principal);
 //! - `POST /admin/approvals/{id}/approve`, body optional `{"arguments": {...}}` (a JSON object
 //!   that replaces the call's arguments);
 //! - `POST /admin/approvals/{id}/reject`, body optional `{"reason": "..."}`.
+//!
+//! - `GET /admin/tools/held`: the tools held because their definition changed; `POST
+//!   /admin/tools/approve`, body `{"name": "server__tool"}`: trusts the new definition. Both
+//!   for admins only (the local user, or a principal whose profile says `admin = true`).
 //!
 //! A decision is refused with 403 for a principal that is neither the caller nor an admin,
 //! 404 for an unknown id, and 409 when it was already decided or expired.
@@ -23,13 +27,15 @@ use axum::{
 use serde_json::{Map, Value, json};
 use store::{DecideError, Verdict};
 
-use crate::{DecisionError, Gateway, Principal};
+use crate::{ApproveError, DecisionError, Gateway, Principal, policy::pinning::held_json};
 
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/admin/approvals", get(list))
         .route("/admin/approvals/{id}/approve", post(approve))
         .route("/admin/approvals/{id}/reject", post(reject))
+        .route("/admin/tools/held", get(held_tools))
+        .route("/admin/tools/approve", post(approve_tool))
         .with_state(gateway)
 }
 
@@ -144,6 +150,78 @@ fn refusal(refused: DecisionError) -> Response {
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
+}
+
+/// `GET /admin/tools/held`: the tools held because their definition changed (admins only).
+async fn held_tools(
+    State(gateway): State<Arc<Gateway>>,
+    principal: Option<Extension<Principal>>,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, principal) {
+        return refused;
+    }
+    let held: Vec<Value> = gateway.held_tools().iter().map(held_json).collect();
+    Json(json!({ "held": held })).into_response()
+}
+
+/// `POST /admin/tools/approve` (`{"name": "server__tool"}`): trusts a held tool's new
+/// definition (admins only).
+async fn approve_tool(
+    State(gateway): State<Arc<Gateway>>,
+    principal: Option<Extension<Principal>>,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, principal) {
+        return refused;
+    }
+    let name = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|body| body.get("name")?.as_str().map(str::to_owned));
+    let Some(name) = name else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object with the qualified tool name: {\"name\": \"server__tool\"}",
+        );
+    };
+    match gateway.approve_tool(&name).await {
+        Ok(held) => Json(json!({
+            "approved": held.qualified,
+            "server": held.server,
+            "sha256": crate::policy::pinning::hex(&held.hash),
+        }))
+        .into_response(),
+        Err(ApproveError::NotHeld(_)) => error(
+            StatusCode::NOT_FOUND,
+            &format!("no held tool named '{name}'"),
+        ),
+        Err(ApproveError::NoStore) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "tool pinning is off: the database could not be opened",
+        ),
+        Err(ApproveError::Store(store_error)) => {
+            tracing::error!(error = %store_error, "cannot approve a held tool");
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the approval could not be recorded; try again",
+            )
+        }
+    }
+}
+
+/// The local user, or a principal whose profile says `admin = true`; else 403.
+#[allow(clippy::result_large_err)]
+fn admin_only(gateway: &Gateway, principal: Option<Extension<Principal>>) -> Result<(), Response> {
+    let principal = principal.map_or(Principal::Local, |Extension(p)| p);
+    if principal.is_admin(&gateway.config().policy) {
+        Ok(())
+    } else {
+        Err(error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "{principal} is not an administrator: the admin endpoints need a profile with admin = true"
+            ),
+        ))
+    }
 }
 
 /// One approval as the admin API shows it.

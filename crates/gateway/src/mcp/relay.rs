@@ -59,7 +59,7 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use upstream::{Answer, Ask, Asked, CallOptions, Progress, Server, UpstreamError};
 
-use crate::{AuditRecord, Gateway, Principal, result};
+use crate::{AuditRecord, Gateway, Principal, lock, mcp::result};
 
 /// `requestState` of a call parked while its 2026-07-28 client answers the upstream.
 pub(crate) const RELAY_STATE_PREFIX: &str = "mcpgw-relay:";
@@ -688,10 +688,4 @@ fn random_u64() -> u64 {
             .map_or(0, |d| d.as_nanos() as u64),
     );
     hasher.finish()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

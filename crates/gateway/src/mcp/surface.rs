@@ -34,7 +34,7 @@ use retrieval::{Bm25Index, DocId, Document, Field};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
-use crate::{Access, Gateway, Search, meta};
+use crate::{Access, Gateway, Search, mcp::meta};
 
 /// Items per page of `resources/list`, `resources/templates/list` and `prompts/list`.
 pub(crate) const PAGE_SIZE: usize = 100;
