@@ -341,7 +341,7 @@ pub(crate) async fn deliver(
 
 /// A digest of the `tools/list` `principal` gets now.
 fn fingerprint(gateway: &Arc<Gateway>, principal: &Principal) -> u64 {
-    let listed = crate::mcp::front::listed_tools(gateway, principal.clone());
+    let listed = crate::mcp::listing::visible_tools(gateway, &gateway.access(principal.clone()));
     let mut hasher = DefaultHasher::new();
     serde_json::to_string(&listed)
         .unwrap_or_default()

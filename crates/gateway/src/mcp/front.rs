@@ -37,7 +37,7 @@ use rmcp::{
         ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, InputRequest,
         InputRequiredResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
         ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-        SubscriptionFilter, Tool, UnsubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -47,9 +47,7 @@ use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use crate::{
     Access, AuditRecord, CallDecision, CallOutcome, Gateway, Principal, lock,
-    mcp::meta,
-    mcp::relay,
-    mcp::result,
+    mcp::{listing, meta, relay, result},
     oauth::login::{self, Logins, Waited},
     policy::approval::{self, Answer, DecisionError},
 };
@@ -240,32 +238,6 @@ impl Front {
             logins,
             log_level: Arc::default(),
             listener: Arc::default(),
-        }
-    }
-
-    /// The tools `access`'s principal sees in its exposure mode.
-    fn visible_tools(&self, access: &Access<'_>) -> Vec<Tool> {
-        match access.exposure() {
-            config::Exposure::Search => {
-                let mut tools = meta::tools(&access.servers());
-                let catalog = self.gateway.catalog();
-                tools.extend(
-                    access
-                        .pinned()
-                        .iter()
-                        .filter_map(|name| catalog.get(name))
-                        .filter_map(listed_tool),
-                );
-                tools
-            }
-            config::Exposure::Passthrough | config::Exposure::Auto => self
-                .gateway
-                .catalog()
-                .tools()
-                .iter()
-                .filter(|entry| access.permits(entry))
-                .filter_map(listed_tool)
-                .collect(),
         }
     }
 
@@ -1066,13 +1038,6 @@ fn server_of(catalog: &catalog::Catalog, name: &str) -> Option<String> {
     }
 }
 
-/// A catalog tool as `tools/list` shows it: the upstream's definition under its qualified name.
-fn listed_tool(entry: &catalog::ToolEntry) -> Option<Tool> {
-    let mut raw = (*entry.raw).clone();
-    raw["name"] = Value::String(entry.qualified.clone());
-    serde_json::from_value::<Tool>(raw).ok()
-}
-
 /// The `input_required` result asking a 2026-07-28 client to approve `pending`.
 fn approval_input(pending: &store::Approval, why: &str) -> Option<InputRequiredResult> {
     let (message, schema) = approval::form(pending, why)?;
@@ -1176,12 +1141,6 @@ fn unreachable_meta(name: &str) -> Result<CallToolResponse, McpError> {
 /// hear of changes at once; the others list again within a minute.
 const LIST_TTL_MS: u64 = 60_000;
 
-/// The `tools/list` `principal` gets now, for the change fingerprints of `changes`.
-pub(crate) fn listed_tools(gateway: &Arc<Gateway>, principal: Principal) -> Vec<Tool> {
-    let front = Front::new(gateway.clone(), Arc::new(Logins::without_listener()));
-    front.visible_tools(&gateway.access(principal))
-}
-
 impl ServerHandler for Front {
     fn get_info(&self) -> ServerConfig {
         // `listChanged`: legacy sessions get `notifications/tools/list_changed`, 2026-07-28
@@ -1280,7 +1239,8 @@ impl ServerHandler for Front {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let access = self.gateway.access(Principal::of(&context.extensions));
-        let mut listed = ListToolsResult::with_all_items(self.visible_tools(&access));
+        let mut listed =
+            ListToolsResult::with_all_items(listing::visible_tools(&self.gateway, &access));
         if crate::is_modern(&context) {
             // The list depends on the caller's profile; listeners hear of changes at once.
             listed.cache_scope = Some(CacheScope::Private);

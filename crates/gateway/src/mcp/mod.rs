@@ -1,10 +1,11 @@
 //! The MCP side of the gateway: the rmcp `ServerHandler` (`front`), the meta-tools (`meta`),
 //! results as clients receive them (`result`), a call's traffic between client and upstream
-//! (`relay`), list-change announcements (`changes`), resources, templates and prompts
+//! (`relay`), what `tools/list` shows (`listing`), list-change announcements (`changes`), resources, templates and prompts
 //! (`surface`), and the SEP-2243 `Mcp-Param-*` header check (`param_headers`).
 
 pub(crate) mod changes;
 pub(crate) mod front;
+pub(crate) mod listing;
 pub(crate) mod meta;
 pub(crate) mod param_headers;
 pub(crate) mod relay;
