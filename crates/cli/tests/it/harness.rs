@@ -138,7 +138,18 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            // Kill the whole group: servers started through npx/wrappers have grandchildren.
+            // SIGTERM first: mcpgw then ends its stdio upstreams, which live in process groups
+            // of their own; killed outright it would leave them behind, and a server with a
+            // timer running (server-everything's subscriber updates) never exits by itself.
+            signal(self.pid(), "TERM");
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Then kill the whole group: servers started through npx/wrappers have grandchildren.
             signal(self.pid(), "KILL");
             signal_target(&format!("-{}", self.pid()), "KILL");
             let _ = self.child.wait();
