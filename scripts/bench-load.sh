@@ -18,7 +18,7 @@
 # of mcp-proxy, the node server for direct) and VmRSS around the measured run, and for the
 # proxies counts the processes below them while the C sessions are still open (the upstream
 # must stay one process). Then the official TypeScript SDK client (1.32.2, Client +
-# StreamableHTTPClientTransport, scripts/bench/ts-client-latency.mjs) makes 200 sequential
+# StreamableHTTPClientTransport, tests/clients/ts_calls.mjs, the keep-alive tests' client) makes 200 sequential
 # calls on one connection. Last, search_tools through mcpgw at C=10 with 1,000 and 10,000
 # generated tools (tests/fixtures/many_tools_server.py, [retrieval] strategy = "bm25").
 #
@@ -302,8 +302,8 @@ point() {
 # ts_client LABEL URL TOOL ARGS EXPECT
 ts_client() {
   local label="$1" json="{}"
-  if BENCH_SDK_DIR="$SDK" client 300 "$WORK/ts-$label.json" "$WORK/ts-$label.err" \
-    "$NODE" "$HERE/ts-client-latency.mjs" "$2" "$3" "$4" "$5" "$TS_CALLS"; then
+  if MCPGW_PEERS="$PEERS" client 300 "$WORK/ts-$label.json" "$WORK/ts-$label.err" \
+    "$NODE" "$REPO/tests/clients/ts_calls.mjs" "$2" "$3" "$4" "$TS_CALLS" 10; then
     json="$(tail -n 1 "$WORK/ts-$label.json")"
   else
     cat "$WORK/ts-$label.err" >&2
@@ -313,11 +313,16 @@ ts_client() {
   R[ts:$label]="$(python3 -c '
 import json, sys
 r = json.loads(sys.argv[1])
-cells = [sys.argv[2]] + [str(r.get(k, "-")) for k in ("p50_ms", "p99_ms", "mean_ms", "over_20ms", "errors", "protocol")]
+# tests/clients/ts_calls.mjs exits non-zero on any failed call (then r is {}); a call whose
+# text lacks EXPECT counts as an error too.
+errors = "-" if not r else (0 if sys.argv[3] in (r.get("text") or "") else len(r["ms"]))
+fmt = lambda v: "-" if v is None else (str(round(v, 2)) if isinstance(v, float) else str(v))
+cells = [sys.argv[2]] + [fmt(r.get(k)) for k in ("p50", "p99", "mean", "over20ms")]
+cells += [str(errors), fmt(r.get("protocolVersion"))]
 print("| " + " | ".join(cells) + " |")
-if r.get("first_error"):
-    print("TypeScript client, " + sys.argv[2] + ": " + r["first_error"], file=sys.stderr)
-' "$json" "${NAMES[$label]}" 2>>"$WORK/bad.txt")"
+if r and errors:
+    print("TypeScript client, " + sys.argv[2] + ": " + str(r.get("text"))[:300], file=sys.stderr)
+' "$json" "${NAMES[$label]}" "$5" 2>>"$WORK/bad.txt")"
   log "TypeScript SDK client, $label: $json"
 }
 

@@ -4,7 +4,7 @@
 //   node tests/clients/ts_calls.mjs URL TOOL ARGS_JSON COUNT [WARMUP] [progress]
 //
 // Prints one JSON line: {"protocolVersion", "contentTypes", "ms": [..COUNT latencies..],
-// "p50", "p99", "over20ms", "progress", "text"} where `text` is the first call's first text
+// "p50", "p99", "mean", "over20ms", "progress", "text"} where `text` is the first call's first text
 // block, `contentTypes` counts the Content-Type of every response to a POST (so a test can
 // tell a JSON body from an event stream), `over20ms` counts the calls that took longer than
 // 20 ms, and `progress` counts the progress notifications received: with `progress` as the
@@ -69,6 +69,7 @@ try {
       ms,
       p50: at(0.5),
       p99: at(0.99),
+      mean: ms.reduce((a, b) => a + b, 0) / ms.length,
       over20ms: ms.filter((m) => m > 20).length,
       progress,
       text,

@@ -13,7 +13,7 @@
 //! [`AuditLog::flush`] waits until every record queued before it is written (shutdown, tests).
 
 use std::sync::{
-    Mutex, OnceLock,
+    Mutex,
     atomic::{AtomicU64, Ordering},
 };
 use std::time::{Duration, Instant};
@@ -40,9 +40,8 @@ enum Message {
 
 /// The audit log as calls see it: a queue in front of the store, and its counters.
 pub struct AuditLog {
-    store: Option<store::Store>,
-    /// The writer's queue, made with the writer on first use (it needs the runtime).
-    queue: OnceLock<mpsc::Sender<Message>>,
+    /// The writer's queue; `None` without a store.
+    queue: Option<mpsc::Sender<Message>>,
     counters: std::sync::Arc<Counters>,
     /// When dropped records were last reported.
     last_drop_warning: Mutex<Option<Instant>>,
@@ -69,19 +68,25 @@ pub struct AuditHealth {
 }
 
 impl AuditLog {
-    /// A log writing to `store`; without one, records only reach the debug log.
+    /// A log writing to `store`, whose writer starts now on the current runtime; without a
+    /// store, records only reach the debug log.
     pub fn new(store: Option<store::Store>) -> AuditLog {
+        let counters = std::sync::Arc::<Counters>::default();
+        let queue = store.map(|store| {
+            let (queue, records) = mpsc::channel(QUEUE_RECORDS);
+            tokio::spawn(write(store, records, counters.clone()));
+            queue
+        });
         AuditLog {
-            store,
-            queue: OnceLock::new(),
-            counters: std::sync::Arc::default(),
+            queue,
+            counters,
             last_drop_warning: Mutex::new(None),
         }
     }
 
     /// Queues `entry` without waiting; drops and counts it when the queue is full.
     pub fn record(&self, entry: store::AuditEntry) {
-        let Some(queue) = self.queue() else {
+        let Some(queue) = &self.queue else {
             return;
         };
         match queue.try_send(Message::Record(entry)) {
@@ -96,7 +101,7 @@ impl AuditLog {
 
     /// Waits until every record queued so far is written or has failed.
     pub async fn flush(&self) {
-        let Some(queue) = self.queue.get() else {
+        let Some(queue) = &self.queue else {
             return;
         };
         let (done, written) = oneshot::channel();
@@ -110,29 +115,12 @@ impl AuditLog {
         AuditHealth {
             queued: self
                 .queue
-                .get()
+                .as_ref()
                 .map_or(0, |queue| queue.max_capacity() - queue.capacity()),
             written: self.counters.written.load(Ordering::Relaxed),
             dropped: self.counters.dropped.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),
         }
-    }
-
-    /// The queue, starting the writer on first use; `None` without a store or a runtime.
-    fn queue(&self) -> Option<&mpsc::Sender<Message>> {
-        let store = self.store.as_ref()?;
-        if let Some(queue) = self.queue.get() {
-            return Some(queue);
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("cannot write an audit record outside the runtime");
-            return None;
-        };
-        Some(self.queue.get_or_init(|| {
-            let (queue, records) = mpsc::channel(QUEUE_RECORDS);
-            runtime.spawn(write(store.clone(), records, self.counters.clone()));
-            queue
-        }))
     }
 
     fn dropped(&self) {

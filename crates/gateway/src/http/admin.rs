@@ -211,7 +211,7 @@ async fn approve_tool(
 /// The local user, or a principal whose profile says `admin = true`; else 403.
 #[allow(clippy::result_large_err)]
 fn admin_only(gateway: &Gateway, principal: Option<Extension<Principal>>) -> Result<(), Response> {
-    let principal = principal.map_or(Principal::Local, |Extension(p)| p);
+    let principal = self::principal(principal);
     if principal.is_admin(&gateway.config().policy) {
         Ok(())
     } else {
