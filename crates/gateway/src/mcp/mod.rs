@@ -1,9 +1,12 @@
-//! The MCP side of the gateway: the rmcp `ServerHandler` (`front`), the meta-tools (`meta`),
+//! The MCP side of the gateway: the rmcp `ServerHandler` (`front`), a `tools/call`'s steps
+//! (`call`), every JSON-RPC error it sends (`errors`), the meta-tools (`meta`),
 //! results as clients receive them (`result`), a call's traffic between client and upstream
 //! (`relay`), what `tools/list` shows (`listing`), list-change announcements (`changes`), resources, templates and prompts
 //! (`surface`), and the SEP-2243 `Mcp-Param-*` header check (`param_headers`).
 
+pub(crate) mod call;
 pub(crate) mod changes;
+pub(crate) mod errors;
 pub(crate) mod front;
 pub(crate) mod listing;
 pub(crate) mod meta;

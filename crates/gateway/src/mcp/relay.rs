@@ -49,7 +49,7 @@ use rmcp::{
         ElicitResult, InputRequest, InputRequiredResult, InputResponses, ListRootsResult,
         LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
     },
-    service::{RequestContext, ServiceError},
+    service::RequestContext,
 };
 use serde_json::{Map, Value};
 use tokio::{
@@ -59,7 +59,10 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 use upstream::{Answer, Ask, Asked, CallOptions, Progress, Server, UpstreamError};
 
-use crate::{AuditRecord, Gateway, Principal, lock, mcp::result};
+use crate::{
+    AuditRecord, Gateway, Principal, lock,
+    mcp::{errors, result},
+};
 
 /// `requestState` of a call parked while its 2026-07-28 client answers the upstream.
 pub(crate) const RELAY_STATE_PREFIX: &str = "mcpgw-relay:";
@@ -184,8 +187,8 @@ impl Caller {
             }
         };
         tokio::select! {
-            answer = answered => answer.map_err(client_failed),
-            () = self.ct.cancelled() => Err(McpError::internal_error("the call was cancelled by the client", None)),
+            answer = answered => answer.map_err(errors::client_failed),
+            () = self.ct.cancelled() => Err(errors::cancelled("the call")),
         }
     }
 
@@ -214,13 +217,6 @@ fn logger_name(server: &str, logger: Option<&str>) -> String {
     match logger {
         Some(logger) if !logger.is_empty() => format!("{server}/{logger}"),
         _ => server.to_owned(),
-    }
-}
-
-fn client_failed(error: ServiceError) -> McpError {
-    match error {
-        ServiceError::McpError(error) => error,
-        other => McpError::internal_error(format!("the client did not answer: {other}"), None),
     }
 }
 
@@ -335,7 +331,7 @@ async fn answer_inputs(
                 .await
                 .and_then(answer_value),
             // Roots are never shared with an upstream (one session serves every client).
-            _ => serde_json::to_value(ListRootsResult::default()).map_err(unreadable),
+            _ => serde_json::to_value(ListRootsResult::default()).map_err(errors::unreadable),
         };
         match answer {
             Ok(value) => {
@@ -358,11 +354,7 @@ fn answer_value(answer: Answer) -> Result<Value, McpError> {
         Answer::Elicit(result) => serde_json::to_value(result),
         Answer::Sample(result) => serde_json::to_value(result),
     }
-    .map_err(unreadable)
-}
-
-fn unreadable(error: serde_json::Error) -> McpError {
-    McpError::internal_error(format!("unreadable answer: {error}"), None)
+    .map_err(errors::unreadable)
 }
 
 /// One upstream call running in a task of its own (so that it can outlive the request that
@@ -490,11 +482,9 @@ async fn drive(
                 what,
                 "the calling client cannot answer the server's request"
             );
-            let _ = asked.reply.send(Err(McpError::new(
-                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                format!("{what} is not supported by the client calling through mcpgw"),
-                None,
-            )));
+            let _ = asked.reply.send(Err(errors::method_not_found(format!(
+                "{what} is not supported by the client calling through mcpgw"
+            ))));
             continue;
         }
         if caller.modern {

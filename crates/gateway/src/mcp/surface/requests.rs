@@ -33,7 +33,10 @@ use serde::de::DeserializeOwned;
 use upstream::{Server, UpstreamError};
 
 use super::{PAGE_SIZE, Surface, page};
-use crate::{Access, Gateway, Principal, is_modern, mcp::changes::Held};
+use crate::{
+    Access, Gateway, Principal, is_modern,
+    mcp::{changes::Held, errors},
+};
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.
 /// `listChanged`: an upstream's change rebuilds the snapshot, then clients are told (`changes`).
@@ -245,17 +248,15 @@ pub(crate) async fn complete(
             server
         }
         _ => {
-            return Err(McpError::invalid_params(
+            return Err(errors::invalid_params(
                 "completion/complete: unknown kind of ref",
-                None,
             ));
         }
     };
     let Some(upstream) = upstream_for(gateway, &access, &server, modern)? else {
-        return Err(McpError::invalid_params(
-            format!("server '{server}' is not configured any more"),
-            None,
-        ));
+        return Err(errors::invalid_params(format!(
+            "server '{server}' is not configured any more"
+        )));
     };
     let answer = tokio::select! {
         answer = upstream.complete(params) => answer,
@@ -302,10 +303,7 @@ fn paged<T>(
 ) -> Result<(Vec<T>, Option<String>), McpError> {
     let cursor = request.and_then(|r| r.cursor);
     page(items, cursor.as_deref(), PAGE_SIZE).map_err(|_| {
-        McpError::invalid_params(
-            "invalid cursor: pass the nextCursor of the previous page unchanged",
-            None,
-        )
+        errors::invalid_params("invalid cursor: pass the nextCursor of the previous page unchanged")
     })
 }
 
@@ -366,56 +364,22 @@ fn drop_server_info(meta: &mut Option<MetaObject>) {
 }
 
 fn not_found(uri: &str, modern: bool) -> McpError {
-    let message = format!("resource not found: {uri}");
-    if modern {
-        McpError::invalid_params(message, None)
-    } else {
-        McpError::resource_not_found(message, None)
-    }
+    errors::resource_not_found(uri, modern)
 }
 
 fn unknown_prompt(name: &str) -> McpError {
-    McpError::invalid_params(
-        format!("unknown prompt '{name}'; prompts/list shows the prompts there are"),
-        None,
-    )
+    errors::invalid_params(format!(
+        "unknown prompt '{name}'; prompts/list shows the prompts there are"
+    ))
 }
 
 fn cancelled() -> McpError {
-    McpError::internal_error("the request was cancelled", None)
+    errors::cancelled("the request")
 }
 
-/// `error` from `server` while running `what`, as the caller gets it (see the module docs).
+/// `error` from `server` while running `what`, as the caller gets it (see `mcp::errors`).
 fn failed(server: &str, what: &str, error: UpstreamError, modern: bool) -> McpError {
-    tracing::info!(server, request = what, %error, "upstream request failed");
-    match error {
-        UpstreamError::Rpc {
-            code,
-            message,
-            data,
-            ..
-        } => {
-            let code = match code {
-                -32002 if modern => ErrorCode::INVALID_PARAMS.0,
-                -32602 | -32002 | -32603 | -32019..=-32000 => code,
-                code if !(-32768..=-32000).contains(&code) => code,
-                _ => ErrorCode::INTERNAL_ERROR.0,
-            };
-            McpError::new(
-                ErrorCode(code),
-                format!("server '{server}': {message}"),
-                data,
-            )
-        }
-        other => {
-            let message = other.to_string();
-            // Most failures name their server already; a spawn failure names the command.
-            match message.contains(&format!("'{server}'")) {
-                true => McpError::internal_error(message, None),
-                false => McpError::internal_error(format!("server '{server}': {message}"), None),
-            }
-        }
-    }
+    errors::from_upstream(server, what, error, modern)
 }
 
 #[cfg(test)]
