@@ -9,7 +9,9 @@ use std::{path::Path, time::SystemTime};
 use anyhow::{Context, anyhow};
 use serde_json::{Map, Value};
 
-use crate::{Failure, auth::duration_words, command::load_config};
+use store::time::duration_words;
+
+use crate::{Failure, command::load_config};
 
 /// Who the CLI decides as: the local operator.
 const DECIDER: &str = "local";

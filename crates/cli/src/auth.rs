@@ -1,7 +1,7 @@
 //! `mcpgw auth`: signing in to upstream servers configured for OAuth, and what is stored.
 //!
 //! `login` runs the authorization-code flow with a loopback redirect (RFC 8252): it listens on
-//! 127.0.0.1, prints the authorization URL (and opens it when asked to and able), waits for
+//! 127.0.0.1 (the gateway's `oauth::callback` server takes the browser's return), prints the authorization URL (and opens it when asked to and able), waits for
 //! the browser to come back with the code, and exchanges it. Tokens go to the store, sealed,
 //! for the local principal; the gateway reads them from there. `status` also lists the sign-ins
 //! other principals (clients and users of a shared gateway) made through the gateway. Nothing
@@ -12,16 +12,16 @@ use std::{
     net::{Ipv4Addr, Ipv6Addr, SocketAddr},
     path::Path,
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::SystemTime,
 };
 
 use anyhow::{Context, anyhow};
-use gateway::oauth::StoreOAuth;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
-    sync::mpsc,
+use gateway::oauth::{
+    StoreOAuth,
+    callback::{serve_callbacks, state_of},
 };
+use store::time::duration_words;
+use tokio::net::TcpListener;
 use upstream::oauth::{
     CredentialStatus, LOGIN_TTL, LoginCallback, MemoryLoginStates, OAuthSettings, OAuthStore,
     ServerCredentials, StateStore, finish_login, start_login,
@@ -32,10 +32,6 @@ use crate::{Failure, command::load_config};
 
 /// The path mcpgw's own redirect URI uses when the configuration names none.
 const CALLBACK_PATH: &str = "/callback";
-/// Longest request head read from the browser; a callback URL is far shorter.
-const MAX_REQUEST_HEAD: usize = 16 * 1024;
-/// How long a browser connection may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(crate) async fn login(
     config_path: Option<&Path>,
@@ -59,7 +55,7 @@ pub(crate) async fn login(
         start_login(server_url.as_str(), &settings, &credentials, states, None)
             .await
             .with_context(|| format!("cannot start the sign-in to '{name}'"))?;
-    let state = query_param(&authorization_url, "state")
+    let state = state_of(&authorization_url)
         .ok_or_else(|| anyhow!("the authorization URL carries no state"))?;
 
     eprintln!(
@@ -82,7 +78,7 @@ pub(crate) async fn login(
         .ok_or_else(|| anyhow!("the callback listener stopped"))?;
     let url = std::mem::take(&mut callback.url);
     let outcome = finish_login(pending, LoginCallback::Url(url)).await;
-    callback.answer(name, outcome.is_ok()).await;
+    callback.answer(name, outcome.is_ok());
     let outcome = outcome.with_context(|| format!("sign-in to '{name}' failed"))?;
 
     let scopes = if outcome.scopes.is_empty() {
@@ -296,123 +292,6 @@ async fn callback_listener(
     Ok((listener, redirect_uri))
 }
 
-/// The browser's return to the redirect URI, holding its connection until it is answered.
-struct Callback {
-    /// The full redirect URL, with the code: never printed or logged.
-    url: String,
-    stream: TcpStream,
-}
-
-impl Callback {
-    /// Tells the browser how it went; the details are in the terminal.
-    async fn answer(mut self, server: &str, ok: bool) {
-        // Server names are [A-Za-z0-9_-]: nothing to escape.
-        let (status, text) = if ok {
-            (
-                "200 OK",
-                format!("Signed in to '{server}'. You can close this tab."),
-            )
-        } else {
-            (
-                "400 Bad Request",
-                format!(
-                    "Signing in to '{server}' failed; the terminal says why. You can close this tab."
-                ),
-            )
-        };
-        let _ = respond(&mut self.stream, status, &text).await;
-    }
-}
-
-/// Accepts browser connections in the background and passes on each that carries the
-/// redirect for this login (its path, and `state`); everything else is answered and ignored,
-/// so a stray request (a favicon, a stale tab, a forged callback) cannot end the login.
-fn serve_callbacks(
-    listener: TcpListener,
-    redirect_uri: Url,
-    state: String,
-) -> mpsc::Receiver<Callback> {
-    let (found, callbacks) = mpsc::channel(1);
-    let expected = Arc::new((redirect_uri, state));
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                // Out of file descriptors and the like: do not spin.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            };
-            let (sender, expected) = (found.clone(), expected.clone());
-            // One task per connection: a browser's idle pre-connection must not hold up the
-            // one carrying the code.
-            tokio::spawn(async move {
-                let (redirect_uri, state) = &*expected;
-                if let Some(callback) = read_callback(stream, redirect_uri, state).await {
-                    let _ = sender.send(callback).await;
-                }
-            });
-            if found.is_closed() {
-                return;
-            }
-        }
-    });
-    callbacks
-}
-
-async fn read_callback(mut stream: TcpStream, redirect_uri: &Url, state: &str) -> Option<Callback> {
-    let head = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream))
-        .await
-        .ok()??;
-    // `GET /callback?code=...&state=... HTTP/1.1`
-    let mut parts = head.lines().next()?.split(' ');
-    let (method, target) = (parts.next()?, parts.next()?);
-    let url = redirect_uri.join(target).ok()?;
-    if method != "GET" || url.path() != redirect_uri.path() {
-        let _ = respond(&mut stream, "404 Not Found", "Not found.").await;
-        return None;
-    }
-    let sent_state = url
-        .query_pairs()
-        .find(|(k, _)| k == "state")
-        .map(|(_, v)| v.into_owned());
-    if sent_state.as_deref() != Some(state) {
-        let _ = respond(
-            &mut stream,
-            "400 Bad Request",
-            "This is not the sign-in mcpgw is waiting for. Start it again with `mcpgw auth login`.",
-        )
-        .await;
-        return None;
-    }
-    Some(Callback {
-        url: url.into(),
-        stream,
-    })
-}
-
-/// The request line and headers, up to the blank line; `None` for anything unreadable.
-async fn read_head(stream: &mut TcpStream) -> Option<String> {
-    let mut head = Vec::new();
-    let mut buffer = [0u8; 2048];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let read = stream.read(&mut buffer).await.ok()?;
-        if read == 0 || head.len() + read > MAX_REQUEST_HEAD {
-            return None;
-        }
-        head.extend_from_slice(&buffer[..read]);
-    }
-    String::from_utf8(head).ok()
-}
-
-async fn respond(stream: &mut TcpStream, status: &str, text: &str) -> std::io::Result<()> {
-    let body = gateway::oauth::browser_page(text);
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
-}
-
 /// Asks the desktop to open `url`. Best effort: the URL is printed anyway.
 fn open_browser(url: &str) {
     let opener = if cfg!(target_os = "macos") {
@@ -433,14 +312,6 @@ fn open_browser(url: &str) {
         }
         Err(error) => tracing::debug!(opener, %error, "could not open a browser"),
     }
-}
-
-fn query_param(url: &str, name: &str) -> Option<String> {
-    Url::parse(url)
-        .ok()?
-        .query_pairs()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
 }
 
 fn status_table(rows: &[(&str, String, CredentialStatus)]) -> comfy_table::Table {
@@ -487,82 +358,9 @@ fn status_table(rows: &[(&str, String, CredentialStatus)]) -> comfy_table::Table
     table
 }
 
-/// `3 s`, `59 min`, `2 h 5 min`, `3 d`.
-pub(crate) fn duration_words(duration: Duration) -> String {
-    let s = duration.as_secs();
-    match s {
-        0..120 => format!("{s} s"),
-        120..7200 => format!("{} min", s / 60),
-        7200..172_800 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d", s / 86_400),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_words() {
-        let check =
-            |s: u64, expect: &str| assert_eq!(duration_words(Duration::from_secs(s)), expect);
-        check(3, "3 s");
-        check(119, "119 s");
-        check(3600, "60 min");
-        check(7260, "2 h 1 min");
-        check(400_000, "4 d");
-    }
-
-    #[tokio::test]
-    async fn only_the_redirect_with_this_logins_state_is_taken() {
-        let (listener, redirect_uri) = callback_listener(None, None).await.ok().expect("listen");
-        assert_eq!(redirect_uri.path(), CALLBACK_PATH);
-        let port = redirect_uri.port().expect("port");
-        let mut callbacks = serve_callbacks(listener, redirect_uri.clone(), "s-1".into());
-
-        let get = |target: &'static str| async move {
-            let mut stream = TcpStream::connect(("127.0.0.1", port))
-                .await
-                .expect("connect");
-            stream
-                .write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .expect("write");
-            stream
-        };
-        let status_line = |mut stream: TcpStream| async move {
-            let mut text = String::new();
-            let _ = stream.read_to_string(&mut text).await;
-            text.lines().next().unwrap_or_default().to_owned()
-        };
-        // An idle connection (a browser's pre-connection) holds nothing up.
-        let _idle = TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
-        assert_eq!(
-            status_line(get("/favicon.ico").await).await,
-            "HTTP/1.1 404 Not Found"
-        );
-        assert_eq!(
-            status_line(get("/callback?code=c&state=forged").await).await,
-            "HTTP/1.1 400 Bad Request"
-        );
-        let browser = get("/callback?code=the-code&state=s-1&iss=x").await;
-        let callback = tokio::time::timeout(Duration::from_secs(5), callbacks.recv())
-            .await
-            .expect("in time")
-            .expect("a callback");
-        assert_eq!(
-            callback.url,
-            format!("http://127.0.0.1:{port}/callback?code=the-code&state=s-1&iss=x")
-        );
-        callback.answer("docs", true).await;
-        let mut page = String::new();
-        let mut browser = browser;
-        let _ = browser.read_to_string(&mut page).await;
-        assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
-        assert!(page.contains("You can close this tab"), "{page}");
-    }
 
     #[tokio::test]
     async fn a_configured_redirect_uri_fixes_the_port() {

@@ -9,7 +9,9 @@ use std::{path::Path, time::SystemTime};
 use anyhow::{Context, anyhow};
 use secrecy::ExposeSecret;
 
-use crate::{Failure, auth::duration_words, command::load_config};
+use store::time::duration_words;
+
+use crate::{Failure, command::load_config};
 
 pub(crate) async fn add(config_path: Option<&Path>, name: &str) -> Result<(), Failure> {
     if !store::is_valid_client_name(name) {

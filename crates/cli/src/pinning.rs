@@ -10,7 +10,9 @@ use std::{path::Path, time::SystemTime};
 use anyhow::{Context, anyhow};
 use gateway::HeldTool;
 
-use crate::{Failure, auth::duration_words, command::load_config};
+use store::time::duration_words;
+
+use crate::{Failure, command::load_config};
 
 pub(crate) async fn held(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
     let held = held_tools(&open_store(config_path).await?).await?;

@@ -11,6 +11,7 @@
 //! The store crate knows nothing of OAuth libraries, so this adapter lives here, where both
 //! are in reach: rmcp's credential record is serialised as the store's opaque document.
 
+pub mod callback;
 pub mod login;
 
 use std::{
@@ -421,13 +422,7 @@ pub fn status_json(name: &str, status: &CredentialStatus) -> serde_json::Value {
     })
 }
 
-/// Seconds since the Unix epoch, negative before it.
-pub fn unix_seconds(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
-    }
-}
+pub use store::time::unix_seconds;
 
 /// The page a browser is shown when it comes back from the authorization server: one
 /// paragraph of `text`, escaped (it may quote what the authorization server sent).

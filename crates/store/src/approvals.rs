@@ -9,7 +9,9 @@
 //!   records who did.
 //! - Replaced arguments are always a JSON object.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::time::{from_unix_millis, unix_millis};
 
 use serde_json::{Map, Value};
 use sqlx::Row as _;
@@ -120,15 +122,6 @@ pub enum DecideError {
     Store(#[from] StoreError),
 }
 
-fn millis(time: SystemTime) -> i64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn from_millis(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
 /// 10 characters of an unambiguous 31-letter alphabet (no i, l, o, 0, 1): about 49 bits.
 fn new_id() -> Result<String, StoreError> {
     const ALPHABET: &[u8] = b"abcdefghjkmnpqrstuvwxyz23456789";
@@ -162,13 +155,13 @@ fn approval(row: &sqlx::sqlite::SqliteRow, now: i64) -> Result<Approval, StoreEr
         server: row.try_get("server")?,
         tool: row.try_get("tool")?,
         arguments: object(row.try_get("arguments")?),
-        created_at: from_millis(row.try_get("created_ms")?),
-        expires_at: from_millis(expires_ms),
+        created_at: from_unix_millis(row.try_get("created_ms")?),
+        expires_at: from_unix_millis(expires_ms),
         status,
         decided_by: row.try_get("decided_by")?,
         decided_at: row
             .try_get::<Option<i64>, _>("decided_ms")?
-            .map(from_millis),
+            .map(from_unix_millis),
         decided_arguments: row
             .try_get::<Option<&str>, _>("decided_arguments")?
             .map(object),
@@ -193,8 +186,8 @@ impl Store {
             .bind(new.server)
             .bind(new.tool)
             .bind(&arguments)
-            .bind(millis(now))
-            .bind(millis(expires))
+            .bind(unix_millis(now))
+            .bind(unix_millis(expires))
             .execute(&self.pool)
             .await?;
             if inserted.rows_affected() == 1 {
@@ -207,8 +200,8 @@ impl Store {
             server: new.server.to_owned(),
             tool: new.tool.to_owned(),
             arguments: new.arguments.clone(),
-            created_at: from_millis(millis(now)),
-            expires_at: from_millis(millis(expires)),
+            created_at: from_unix_millis(unix_millis(now)),
+            expires_at: from_unix_millis(unix_millis(expires)),
             status: ApprovalStatus::Pending,
             decided_by: None,
             decided_at: None,
@@ -224,7 +217,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        let now = millis(SystemTime::now());
+        let now = unix_millis(SystemTime::now());
         row.map(|row| approval(&row, now)).transpose()
     }
 
@@ -233,7 +226,7 @@ impl Store {
         &self,
         principal: Option<&str>,
     ) -> Result<Vec<Approval>, StoreError> {
-        let now = millis(SystemTime::now());
+        let now = unix_millis(SystemTime::now());
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM approvals
              WHERE status = 'pending' AND expires_ms > ? AND (? IS NULL OR principal = ?)
@@ -249,7 +242,7 @@ impl Store {
 
     /// The most recent approvals in any state, newest first (for `mcpgw approvals list --all`).
     pub async fn recent_approvals(&self, limit: u32) -> Result<Vec<Approval>, StoreError> {
-        let now = millis(SystemTime::now());
+        let now = unix_millis(SystemTime::now());
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM approvals ORDER BY created_ms DESC, id LIMIT ?"
         )))
@@ -267,7 +260,7 @@ impl Store {
         verdict: Verdict,
         by: &str,
     ) -> Result<Approval, DecideError> {
-        let now = millis(SystemTime::now());
+        let now = unix_millis(SystemTime::now());
         let (status, arguments, reason) = match verdict {
             Verdict::Approve { arguments } => (
                 ApprovalStatus::Approved,
@@ -315,7 +308,7 @@ impl Store {
             "UPDATE approvals SET status = ?, decided_ms = ? WHERE id = ? AND status = 'pending'",
         )
         .bind(status.as_str())
-        .bind(millis(SystemTime::now()))
+        .bind(unix_millis(SystemTime::now()))
         .bind(id)
         .execute(&self.pool)
         .await?;

@@ -13,7 +13,9 @@
 //! own short transaction, so a large backlog never holds the write lock for long: the
 //! gateway's own audit writes and a running `mcpgw audit` get in between.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
+
+use crate::time::{from_unix_millis, unix_millis};
 
 use sqlx::Row as _;
 
@@ -431,23 +433,6 @@ fn looks_like_a_credential(word: &str) -> bool {
         && word.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
-pub(crate) fn unix_millis(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
-    }
-}
-
-fn from_unix_millis(ms: i64) -> SystemTime {
-    let offset = Duration::from_millis(ms.unsigned_abs());
-    let time = if ms >= 0 {
-        UNIX_EPOCH.checked_add(offset)
-    } else {
-        UNIX_EPOCH.checked_sub(offset)
-    };
-    time.unwrap_or(UNIX_EPOCH)
-}
-
 /// Rows one `INSERT` of [`Store::record_calls`] writes: 10 bound values each, well under
 /// SQLite's limit of 32,766 per statement.
 const AUDIT_INSERT_ROWS: usize = 200;
@@ -483,6 +468,7 @@ async fn insert_calls<'c>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::UNIX_EPOCH;
 
     async fn store() -> Store {
         Store::open_in_memory().await.expect("open")

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Row as _;
 use subtle::ConstantTimeEq as _;
 
-use crate::oauth::{from_unix_seconds, unix_seconds};
+use crate::time::{from_unix_seconds, unix_seconds};
 use crate::{Store, StoreError};
 
 /// What every client key starts with, so a leaked key is recognisable (secret scanners, logs).

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::{Store, StoreError, audit::unix_millis};
+use crate::{Store, StoreError, time::unix_millis};
 
 impl Store {
     /// Takes the lease on `key` for `holder` until `ttl` from now, if it is free, expired, or

@@ -34,6 +34,7 @@ mod leases;
 mod oauth;
 mod pins;
 mod secrets;
+pub mod time;
 
 /// Schema migrations in order; the database's `user_version` is the number applied.
 /// Released entries are never edited: a change is a new entry.

@@ -4,12 +4,13 @@
 //! so status can be listed without the key. The store knows nothing of OAuth libraries: the
 //! credential document and the authorization payload are the caller's JSON, opaque here.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Row as _;
 
 use crate::secrets::Row;
+use crate::time::{from_unix_seconds, unix_seconds};
 use crate::{Store, StoreError};
 
 /// How long a pending authorization stays takeable; older ones are absent and purged.
@@ -409,23 +410,6 @@ fn ttl_seconds() -> i64 {
     AUTH_STATE_TTL.as_secs() as i64
 }
 
-pub(crate) fn unix_seconds(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
-    }
-}
-
-pub(crate) fn from_unix_seconds(seconds: i64) -> SystemTime {
-    let offset = Duration::from_secs(seconds.unsigned_abs());
-    let time = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(offset)
-    } else {
-        UNIX_EPOCH.checked_sub(offset)
-    };
-    time.unwrap_or(UNIX_EPOCH)
-}
-
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
@@ -435,6 +419,7 @@ mod tests {
 
     use super::*;
     use crate::{KeySource, SECRET_KEY_VAR};
+    use std::time::UNIX_EPOCH;
 
     const ISSUER: &str = "https://auth.example.com";
     const REDIRECT: &str = "http://127.0.0.1:8080/oauth/callback";

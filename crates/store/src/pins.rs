@@ -21,7 +21,7 @@ use serde_json::Value;
 use sqlx::Row as _;
 use sqlx::sqlite::SqliteRow;
 
-use crate::oauth::from_unix_seconds;
+use crate::time::from_unix_seconds;
 use crate::{Store, StoreError};
 
 /// SHA-256 of a tool definition's canonical form, computed by the caller.

@@ -347,7 +347,7 @@ impl Logins {
                 ))
             })?
             .map_err(|e| start_error(e.to_string()))?;
-        let state = query_param(&authorization_url, "state")
+        let state = super::callback::state_of(&authorization_url)
             .ok_or_else(|| start_error("the authorization URL carries no state".to_owned()))?;
         let pending = Pending {
             server: server.to_owned(),
@@ -816,14 +816,6 @@ fn host_is_loopback(headers: &HeaderMap) -> bool {
     };
     name.eq_ignore_ascii_case("localhost")
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-fn query_param(url: &str, name: &str) -> Option<String> {
-    Url::parse(url)
-        .ok()?
-        .query_pairs()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.into_owned())
 }
 
 #[cfg(test)]

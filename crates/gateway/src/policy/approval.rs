@@ -275,17 +275,6 @@ impl Gateway {
     }
 }
 
-/// Minutes and seconds for messages ("10 minutes", "45 seconds").
-pub(crate) fn duration_words(duration: Duration) -> String {
-    let secs = duration.as_secs();
-    if secs >= 60 && secs.is_multiple_of(60) {
-        let minutes = secs / 60;
-        format!("{minutes} minute{}", if minutes == 1 { "" } else { "s" })
-    } else {
-        format!("{secs} second{}", if secs == 1 { "" } else { "s" })
-    }
-}
-
 /// Time left until `deadline`, for an elicitation's own timeout.
 pub(crate) fn remaining(deadline: SystemTime) -> Duration {
     deadline

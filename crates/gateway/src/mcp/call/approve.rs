@@ -315,7 +315,7 @@ fn after_wait(
             });
             Gate::Stop(result::tool_error(format!(
                 "'{tool}' needs approval and no decision came within {} (approval {} expired), so the tool was not run. Call it again; while it waits, an operator approves it with `mcpgw approvals approve ID` (IDs: `mcpgw approvals list`)",
-                approval::duration_words(timeout),
+                store::time::duration_words(timeout),
                 pending.id
             )))
         }
