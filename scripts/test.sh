@@ -15,7 +15,9 @@
 #      against `mcpgw serve` in front of the fixture upstream (tests/conformance/)
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
-#      netguard without its client feature has no tokio (normal dependencies).
+#      netguard without its client feature has no tokio; upstream has no axum and no
+#      sqlx; store has no rmcp and no axum (normal dependencies); only gateway and cli
+#      name anyhow among their own dependencies.
 #   8. scripts/fuzz.sh 60                       each cargo-fuzz target for 60 s (fuzz/)
 #
 # Works from any directory. Honours CARGO_TARGET_DIR.
@@ -136,6 +138,22 @@ assert_no_dep() {
   echo "    ok: $pkg${extra[*]:+ (${extra[*]})} does not depend on $dep"
 }
 
+# assert_no_direct_dep PKG DEP: DEP is not one of PKG's own normal dependencies (it may
+# still arrive through another crate, as anyhow does through tiktoken-rs).
+assert_no_direct_dep() {
+  local pkg=$1 dep=$2 direct
+  if ! direct="$(cargo tree -p "$pkg" -e normal --depth 1 --prefix none -f '{p}' 2>&1)"; then
+    echo "    FAIL: cargo tree -p $pkg failed:" >&2
+    printf '%s\n' "$direct" >&2
+    return 1
+  fi
+  if grep -qE "^$dep v[0-9]" <<<"$direct"; then
+    echo "    FAIL: $pkg names $dep in its own [dependencies]" >&2
+    return 1
+  fi
+  echo "    ok: $pkg does not name $dep itself"
+}
+
 stage "architecture invariants (cargo tree -e normal)"
 invariants_ok=1
 assert_no_dep mcpgw-retrieval tokio || invariants_ok=0
@@ -147,6 +165,16 @@ assert_no_dep mcpgw-catalog candle-core || invariants_ok=0
 assert_no_dep mcpgw-retrieval candle-core || invariants_ok=0
 # config validates [network] allow with netguard's rules alone: no HTTP stack, no runtime.
 assert_no_dep mcpgw-netguard tokio --no-default-features || invariants_ok=0
+# The upstream client holds no server and no database; the store speaks no MCP and no HTTP.
+assert_no_dep mcpgw-upstream axum || invariants_ok=0
+assert_no_dep mcpgw-upstream sqlx || invariants_ok=0
+assert_no_dep mcpgw-store rmcp || invariants_ok=0
+assert_no_dep mcpgw-store axum || invariants_ok=0
+# Libraries return typed errors: anyhow belongs to the two crates at the top, gateway and cli.
+for lib in mcpgw-catalog mcpgw-config mcpgw-embed mcpgw-eval mcpgw-netguard mcpgw-retrieval \
+  mcpgw-store mcpgw-upstream; do
+  assert_no_direct_dep "$lib" anyhow || invariants_ok=0
+done
 if [[ $invariants_ok -ne 1 ]]; then
   echo "    architecture invariants violated" >&2
   exit 1
