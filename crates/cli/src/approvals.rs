@@ -55,8 +55,8 @@ pub(crate) async fn list(config_path: Option<&Path>, all: bool, json: bool) -> R
         table.add_row([
             approval.id.clone(),
             approval.status.as_str().to_owned(),
-            approval.tool.clone(),
-            approval.principal.clone(),
+            approval.tool.to_string(),
+            approval.principal.to_string(),
             shorten(&arguments, 60),
             match approval.status {
                 store::ApprovalStatus::Pending => format!(

@@ -183,8 +183,8 @@ fn table(entries: &[store::AuditEntry]) -> comfy_table::Table {
         };
         table.add_row([
             utc(entry.at, false),
-            entry.principal.clone(),
-            entry.tool.clone(),
+            entry.principal.to_string(),
+            entry.tool.to_string(),
             decision,
             entry.outcome.as_str().to_owned(),
             entry.latency.as_millis().to_string(),
@@ -444,9 +444,9 @@ mod tests {
         let entry =
             |ms, principal: &str, decision, outcome, error: Option<&str>| store::AuditEntry {
                 at: at(ms),
-                principal: principal.to_owned(),
-                server: "fs".to_owned(),
-                tool: "fs__read_file".to_owned(),
+                principal: principal.into(),
+                server: "fs".into(),
+                tool: "fs__read_file".into(),
                 arguments_sha256: "0123456789abcdef".repeat(4),
                 decision,
                 outcome,

@@ -119,14 +119,14 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
     // The local user's sign-in to every OAuth server, then every other principal's that exists.
     let mut wanted: Vec<(&str, String)> = servers
         .iter()
-        .map(|s| (s.name.as_str(), upstream::LOCAL_PRINCIPAL.to_owned()))
+        .map(|s| (s.name.as_str(), ids::PrincipalId::LOCAL.to_owned()))
         .collect();
     let stored = store
         .list_credentials()
         .await
         .context("cannot list the stored sign-ins")?;
     for row in stored {
-        if row.principal == upstream::LOCAL_PRINCIPAL {
+        if row.principal == ids::PrincipalId::LOCAL {
             continue;
         }
         if let Some(server) = servers.iter().find(|s| s.name.as_str() == row.server) {
@@ -137,7 +137,7 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
     for (name, principal) in wanted {
         let oauth: Arc<dyn OAuthStore> = Arc::new(StoreOAuth::new(
             store.clone(),
-            gateway::oauth::Principal::from_id(&principal),
+            ids::PrincipalId::new(principal.as_str()),
         ));
         let status = ServerCredentials::new(oauth, name)
             .status()
@@ -167,7 +167,7 @@ pub(crate) async fn logout(
     forget_client: bool,
     principal: &str,
 ) -> Result<(), Failure> {
-    let local = principal == upstream::LOCAL_PRINCIPAL;
+    let local = principal == ids::PrincipalId::LOCAL;
     let known_form = ["client:", "user:"].iter().any(|prefix| {
         principal
             .strip_prefix(prefix)
@@ -184,7 +184,7 @@ pub(crate) async fn logout(
         )));
     }
     let config = load_config(config_path)?;
-    let store = StoreOAuth::open_for(&config.store, gateway::oauth::Principal::from_id(principal))
+    let store = StoreOAuth::open_for(&config.store, ids::PrincipalId::new(principal))
         .await
         .context("the database that keeps sign-ins cannot be opened")?;
     let credentials = ServerCredentials::new(store, name);

@@ -37,10 +37,10 @@ pub use writer::{AuditHealth, AuditLog};
 #[derive(Clone, Debug)]
 pub struct AuditRecord {
     /// [`Principal::id`]: `local`, `client:NAME` or `user:SUBJECT`.
-    pub principal: String,
-    pub server: String,
+    pub principal: ids::PrincipalId,
+    pub server: ids::ServerName,
     /// The qualified tool name (`server__tool`).
-    pub tool: String,
+    pub tool: ids::QualifiedName,
     /// [`arguments_sha256`] of the call's arguments.
     pub arguments_sha256: String,
     /// [`CallDecision::Allowed`] until set otherwise.
@@ -63,8 +63,8 @@ impl AuditRecord {
     ) -> AuditRecord {
         AuditRecord {
             principal: principal.id(),
-            server: server.to_owned(),
-            tool: tool.to_owned(),
+            server: server.into(),
+            tool: tool.into(),
             arguments_sha256: arguments_sha256(arguments),
             decision: CallDecision::Allowed,
             outcome: CallOutcome::NotRun,
@@ -438,7 +438,7 @@ mod tests {
             .await
             .expect("read")
             .into_iter()
-            .map(|entry| entry.tool)
+            .map(|entry| entry.tool.into_string())
             .collect()
     }
 

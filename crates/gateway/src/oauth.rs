@@ -23,6 +23,7 @@ use std::{
 use async_trait::async_trait;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
+use ids::PrincipalId;
 use store::Store;
 use upstream::oauth::{
     ClientRegistration, CredentialRefreshGuard, CredentialStatus, OAuthError, OAuthStore,
@@ -30,33 +31,11 @@ use upstream::oauth::{
 };
 use url::Url;
 
-/// Whose credentials these are: the id of a downstream principal ([`crate::Principal::id`]:
-/// `local`, `client:NAME`, `user:SUB`). Each user of a shared gateway holds their own tokens;
-/// `mcpgw auth` works with [`Principal::local`]'s.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Principal(String);
-
-impl Principal {
-    /// The person running mcpgw on this machine.
-    pub fn local() -> Self {
-        Self(upstream::LOCAL_PRINCIPAL.to_owned())
-    }
-
-    /// The principal with id `id`, as [`crate::Principal::id`] spells it.
-    pub fn from_id(id: &str) -> Self {
-        Self(id.to_owned())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
 /// [`OAuthStore`] over the gateway's SQLite store, for one principal.
 #[derive(Clone)]
 pub struct StoreOAuth {
     store: Store,
-    principal: Principal,
+    principal: PrincipalId,
 }
 
 /// Refreshes are serialised per (server, principal) in this process by these locks (one gateway
@@ -65,20 +44,20 @@ pub struct StoreOAuth {
 static REFRESH_LOCKS: LazyLock<RefreshLocks> = LazyLock::new(RefreshLocks::default);
 
 impl StoreOAuth {
-    pub fn new(store: Store, principal: Principal) -> Self {
+    pub fn new(store: Store, principal: PrincipalId) -> Self {
         Self { store, principal }
     }
 
     /// The store for the local user, as the trait object the upstream client takes.
     pub fn local(store: Store) -> Arc<dyn OAuthStore> {
-        Arc::new(Self::new(store, Principal::local()))
+        Arc::new(Self::new(store, PrincipalId::local()))
     }
 
     /// Makes the store of any principal, by id: what [`upstream::Upstreams`] gives each
     /// principal's server of an OAuth upstream.
     pub fn per_principal(store: Store) -> upstream::OAuthStores {
         Arc::new(move |id: &str| {
-            Arc::new(Self::new(store.clone(), Principal::from_id(id))) as Arc<dyn OAuthStore>
+            Arc::new(Self::new(store.clone(), PrincipalId::new(id))) as Arc<dyn OAuthStore>
         })
     }
 
@@ -87,19 +66,19 @@ impl StoreOAuth {
     pub async fn open_local(
         config: &config::StoreConfig,
     ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
-        Self::open_for(config, Principal::local()).await
+        Self::open_for(config, PrincipalId::local()).await
     }
 
     /// [`StoreOAuth::open_local`] for `principal` (`mcpgw auth logout --principal`).
     pub async fn open_for(
         config: &config::StoreConfig,
-        principal: Principal,
+        principal: PrincipalId,
     ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
         let store = Store::open(&crate::store_path(config)).await?;
         Ok(Arc::new(Self::new(store, principal)))
     }
 
-    pub fn principal(&self) -> &Principal {
+    pub fn principal(&self) -> &PrincipalId {
         &self.principal
     }
 }
@@ -472,8 +451,8 @@ mod tests {
     #[tokio::test]
     async fn credentials_round_trip_per_server_and_principal() {
         let store = Store::open_in_memory().await.expect("store");
-        let local = StoreOAuth::new(store.clone(), Principal::local());
-        let other = StoreOAuth::new(store.clone(), Principal("alice".to_owned()));
+        let local = StoreOAuth::new(store.clone(), PrincipalId::local());
+        let other = StoreOAuth::new(store.clone(), PrincipalId::new("alice"));
         let credentials = StoredCredentials::new(
             "c1".into(),
             Some(token("at-1")),
@@ -519,8 +498,8 @@ mod tests {
     #[tokio::test]
     async fn registrations_are_shared_by_issuer_and_redirect_uri() {
         let store = Store::open_in_memory().await.expect("store");
-        let local = StoreOAuth::new(store.clone(), Principal::local());
-        let alice = StoreOAuth::new(store, Principal("alice".to_owned()));
+        let local = StoreOAuth::new(store.clone(), PrincipalId::local());
+        let alice = StoreOAuth::new(store, PrincipalId::new("alice"));
         local
             .save_registration(registration("c1", "http://127.0.0.1:8765/callback"))
             .await
@@ -652,10 +631,10 @@ mod tests {
     #[tokio::test]
     async fn refreshes_of_one_server_and_principal_are_serialised() {
         let store = Store::open_in_memory().await.expect("store");
-        let oauth = StoreOAuth::new(store.clone(), Principal::local());
+        let oauth = StoreOAuth::new(store.clone(), PrincipalId::local());
         let guard = oauth.refresh_guard("docs").await.expect("guard");
         // Another server, or another principal, is not held up.
-        let other = StoreOAuth::new(store, Principal("alice".to_owned()));
+        let other = StoreOAuth::new(store, PrincipalId::new("alice"));
         let quick = Duration::from_millis(200);
         assert!(
             tokio::time::timeout(quick, oauth.refresh_guard("wiki"))
@@ -696,7 +675,7 @@ mod tests {
             )
             .await
             .expect("put");
-        let oauth = StoreOAuth::new(store, Principal::local());
+        let oauth = StoreOAuth::new(store, PrincipalId::local());
         assert!(oauth.credentials("docs").await.expect("load").is_none());
     }
 

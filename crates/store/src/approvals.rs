@@ -9,6 +9,7 @@
 //!   records who did.
 //! - Replaced arguments are always a JSON object.
 
+use ids::{PrincipalId, QualifiedName, ServerName};
 use std::time::{Duration, SystemTime};
 
 use crate::time::{from_unix_millis, unix_millis};
@@ -58,10 +59,10 @@ pub struct Approval {
     /// Short and typeable: `mcpgw approvals approve ID`.
     pub id: String,
     /// The caller's principal id (`local`, `client:NAME`, `user:SUB`).
-    pub principal: String,
-    pub server: String,
+    pub principal: PrincipalId,
+    pub server: ServerName,
     /// The qualified tool name.
-    pub tool: String,
+    pub tool: QualifiedName,
     pub arguments: Map<String, Value>,
     pub created_at: SystemTime,
     pub expires_at: SystemTime,
@@ -151,9 +152,9 @@ fn approval(row: &sqlx::sqlite::SqliteRow, now: i64) -> Result<Approval, StoreEr
     }
     Ok(Approval {
         id: row.try_get("id")?,
-        principal: row.try_get("principal")?,
-        server: row.try_get("server")?,
-        tool: row.try_get("tool")?,
+        principal: row.try_get::<String, _>("principal")?.into(),
+        server: row.try_get::<String, _>("server")?.into(),
+        tool: row.try_get::<String, _>("tool")?.into(),
         arguments: object(row.try_get("arguments")?),
         created_at: from_unix_millis(row.try_get("created_ms")?),
         expires_at: from_unix_millis(expires_ms),
@@ -196,9 +197,9 @@ impl Store {
         };
         Ok(Approval {
             id,
-            principal: new.principal.to_owned(),
-            server: new.server.to_owned(),
-            tool: new.tool.to_owned(),
+            principal: new.principal.into(),
+            server: new.server.into(),
+            tool: new.tool.into(),
             arguments: new.arguments.clone(),
             created_at: from_unix_millis(unix_millis(now)),
             expires_at: from_unix_millis(unix_millis(expires)),

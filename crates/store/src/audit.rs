@@ -13,6 +13,7 @@
 //! own short transaction, so a large backlog never holds the write lock for long: the
 //! gateway's own audit writes and a running `mcpgw audit` get in between.
 
+use ids::{PrincipalId, QualifiedName, ServerName};
 use std::time::{Duration, SystemTime};
 
 use crate::time::{from_unix_millis, unix_millis};
@@ -128,10 +129,10 @@ pub struct AuditEntry {
     /// When the call arrived (millisecond precision once stored).
     pub at: SystemTime,
     /// `local`, `client:NAME` or `user:SUBJECT`.
-    pub principal: String,
-    pub server: String,
+    pub principal: PrincipalId,
+    pub server: ServerName,
     /// The qualified tool name (`server__tool`).
-    pub tool: String,
+    pub tool: QualifiedName,
     /// SHA-256 of the arguments' canonical JSON, lower-case hex.
     pub arguments_sha256: String,
     pub decision: CallDecision,
@@ -322,9 +323,9 @@ impl Store {
             };
             entries.push(AuditEntry {
                 at: from_unix_millis(row.try_get("at_ms")?),
-                principal: row.try_get("principal")?,
-                server: row.try_get("server")?,
-                tool: row.try_get("tool")?,
+                principal: row.try_get::<String, _>("principal")?.into(),
+                server: row.try_get::<String, _>("server")?.into(),
+                tool: row.try_get::<String, _>("tool")?.into(),
                 arguments_sha256: row.try_get("args_sha256")?,
                 decision,
                 outcome,
@@ -477,9 +478,9 @@ mod tests {
     fn entry(principal: &str, at_ms: u64, decision: CallDecision) -> AuditEntry {
         AuditEntry {
             at: UNIX_EPOCH + Duration::from_millis(at_ms),
-            principal: principal.to_owned(),
-            server: "fs".to_owned(),
-            tool: "fs__read".to_owned(),
+            principal: principal.into(),
+            server: "fs".into(),
+            tool: "fs__read".into(),
             arguments_sha256: "ab".repeat(32),
             decision,
             outcome: CallOutcome::Ok,
@@ -638,7 +639,7 @@ mod tests {
         let store = store().await;
         for (i, &ms) in at_ms.iter().enumerate() {
             let mut e = entry("local", ms, CallDecision::Allowed);
-            e.tool = format!("fs__t{i}");
+            e.tool = format!("fs__t{i}").into();
             store.record_call(&e).await.expect("record");
         }
         store
@@ -651,7 +652,7 @@ mod tests {
             .await
             .expect("query")
             .into_iter()
-            .map(|e| e.tool)
+            .map(|e| e.tool.into_string())
             .collect()
     }
 

@@ -55,9 +55,6 @@ use oauth::OAuthStore;
 pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus, ToolList};
 use tokio::sync::{broadcast, mpsc};
 
-/// The principal id of the person running mcpgw (stdio, the CLI, an open loopback listener):
-/// the one whose tokens the shared server of an OAuth upstream sends.
-pub const LOCAL_PRINCIPAL: &str = "local";
 /// Most principals with a server of their own for one OAuth upstream. Beyond it the entry of a
 /// principal that is idle and disconnected is reused, or the request is refused.
 pub const MAX_PRINCIPALS: usize = 1000;
@@ -84,7 +81,7 @@ pub struct Upstreams {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolsChanged {
     pub server: String,
-    /// The principal whose session said so ([`LOCAL_PRINCIPAL`] for a shared server).
+    /// The principal whose session said so ([`ids::PrincipalId::LOCAL`] for a shared server).
     pub principal: String,
     /// Which list.
     pub list: ListKind,
@@ -95,7 +92,7 @@ pub struct ToolsChanged {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceUpdated {
     pub server: String,
-    /// The principal whose session said so ([`LOCAL_PRINCIPAL`] for a shared server).
+    /// The principal whose session said so ([`ids::PrincipalId::LOCAL`] for a shared server).
     pub principal: String,
     /// The resource's URI as the server knows it.
     pub uri: String,
@@ -146,10 +143,10 @@ impl Upstreams {
                 let policy = Arc::new(network.for_server(s.name.as_str(), s.allow_private_network));
                 Arc::new(Server::new(
                     s.clone(),
-                    LOCAL_PRINCIPAL,
+                    ids::PrincipalId::LOCAL,
                     policy,
                     events.clone(),
-                    oauth.as_ref().map(|stores| stores(LOCAL_PRINCIPAL)),
+                    oauth.as_ref().map(|stores| stores(ids::PrincipalId::LOCAL)),
                     max_response_bytes,
                 ))
             })
@@ -199,7 +196,7 @@ impl Upstreams {
         let Some(own) = self
             .principals
             .get(name)
-            .filter(|_| principal != LOCAL_PRINCIPAL)
+            .filter(|_| principal != ids::PrincipalId::LOCAL)
         else {
             return Ok(Some(shared.clone()));
         };
@@ -415,7 +412,7 @@ mod tests {
             &server(&upstreams, "plain", "client:alice"),
             &plain
         ));
-        assert_eq!(plain.principal(), LOCAL_PRINCIPAL);
+        assert_eq!(plain.principal(), ids::PrincipalId::LOCAL);
         assert!(
             upstreams
                 .for_principal("nope", "client:alice")

@@ -161,9 +161,9 @@ fn audit_prune_keeps_what_the_configuration_says() {
         ] {
             let entry = store::AuditEntry {
                 at: now - age,
-                principal: "client:ci".to_owned(),
-                server: "fs".to_owned(),
-                tool: tool.to_owned(),
+                principal: "client:ci".into(),
+                server: "fs".into(),
+                tool: tool.into(),
                 arguments_sha256: "ab".repeat(32),
                 decision: store::CallDecision::Allowed,
                 outcome: store::CallOutcome::Ok,

@@ -234,9 +234,9 @@ fn audit_lists_recorded_calls_newest_first_with_filters() {
         let entry = |at_ms: u64, principal: &str, decision, outcome, error: Option<&str>| {
             store::AuditEntry {
                 at: UNIX_EPOCH + Duration::from_millis(at_ms),
-                principal: principal.to_owned(),
-                server: "fs".to_owned(),
-                tool: "fs__read_file".to_owned(),
+                principal: principal.into(),
+                server: "fs".into(),
+                tool: "fs__read_file".into(),
                 arguments_sha256:
                     "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".to_owned(),
                 decision,

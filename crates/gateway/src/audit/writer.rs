@@ -205,9 +205,9 @@ mod tests {
     fn entry(tool: &str) -> store::AuditEntry {
         store::AuditEntry {
             at: SystemTime::now(),
-            principal: "local".to_owned(),
-            server: "s".to_owned(),
-            tool: tool.to_owned(),
+            principal: "local".into(),
+            server: "s".into(),
+            tool: tool.into(),
             arguments_sha256: "0".repeat(64),
             decision: store::CallDecision::Allowed,
             outcome: store::CallOutcome::Ok,

@@ -19,6 +19,7 @@
 //!   protected-resource metadata then lists the issuer in `authorization_servers`.
 //! - A key never reaches a log line, an error or a response; the client's name does.
 
+use ids::PrincipalId;
 use std::{fmt, net::SocketAddr, sync::Arc};
 
 use anyhow::bail;
@@ -63,11 +64,11 @@ pub enum Principal {
 impl Principal {
     /// A stable identifier to key per-principal state by (OAuth tokens, audit): `local`, or
     /// `client:NAME`, so no client name can collide with the local user.
-    pub fn id(&self) -> String {
+    pub fn id(&self) -> PrincipalId {
         match self {
-            Principal::Local => "local".to_owned(),
-            Principal::Client(name) => format!("client:{name}"),
-            Principal::User { subject, .. } => format!("user:{subject}"),
+            Principal::Local => PrincipalId::local(),
+            Principal::Client(name) => PrincipalId::new(format!("client:{name}")),
+            Principal::User { subject, .. } => PrincipalId::new(format!("user:{subject}")),
         }
     }
 

@@ -218,7 +218,7 @@ impl Listeners {
 
     /// Tells every listener what changed in `lists` for it, and forgets closed sessions.
     fn announce(&self, gateway: &Arc<Gateway>, lists: &HashSet<ListKind>) {
-        let mut seen: HashMap<String, u64> = HashMap::new();
+        let mut seen: HashMap<ids::PrincipalId, u64> = HashMap::new();
         let mut sends = Vec::new();
         {
             let mut inner = lock(&self.inner);

@@ -89,7 +89,7 @@ pub(crate) struct Caller {
     /// The tool name as the client called it (`call_tool` in search mode) and who called: a
     /// parked call is resumed only by the same principal calling the same name.
     name: String,
-    principal: String,
+    principal: ids::PrincipalId,
     request_state: Option<String>,
     input_responses: Option<InputResponses>,
 }
@@ -513,7 +513,7 @@ struct ParkedCall {
     /// The `input_required` result, to ask again when a retry carries no answer.
     input: InputRequiredResult,
     name: String,
-    principal: String,
+    principal: ids::PrincipalId,
     audit: Option<AuditRecord>,
 }
 

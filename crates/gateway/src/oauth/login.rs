@@ -79,7 +79,7 @@ pub struct Logins {
     states: Arc<dyn StateStore>,
     pending: Mutex<Table<PendingLogin>>,
     /// By (server, principal id).
-    finished: Mutex<HashMap<(String, String), watch::Sender<Finished>>>,
+    finished: Mutex<HashMap<(String, ids::PrincipalId), watch::Sender<Finished>>>,
     /// One login start per (server, principal) at a time: concurrent calls share the first
     /// one's login.
     starting: RefreshLocks,
@@ -329,7 +329,7 @@ impl Logins {
         if let Some(started) = self.pending().reusable(server, &principal, Instant::now()) {
             return Ok(started);
         }
-        let oauth = StoreOAuth::new(store, super::Principal::from_id(&principal));
+        let oauth = StoreOAuth::new(store, ids::PrincipalId::new(principal.as_str()));
         let credentials = ServerCredentials::new(Arc::new(oauth), server);
         let starting = start_login(
             url.as_str(),
@@ -391,7 +391,7 @@ impl Logins {
     fn announce(&self, server: &str, principal: &str, outcome: Result<(), String>) {
         let mut finished = lock(&self.finished);
         let sender = finished
-            .entry((server.to_owned(), principal.to_owned()))
+            .entry((server.to_owned(), principal.into()))
             .or_insert_with(|| watch::channel(Finished::default()).0);
         sender.send_modify(|f| {
             f.serial += 1;
@@ -466,7 +466,7 @@ impl Logins {
                             .tools()
                             .iter()
                             .any(|tool| tool.server == upstream.name());
-                        if listed && (upstream.principal() == upstream::LOCAL_PRINCIPAL || first) {
+                        if listed && (upstream.principal() == ids::PrincipalId::LOCAL || first) {
                             gateway.refresh_catalog().await;
                         }
                     });
@@ -498,7 +498,7 @@ impl Logins {
         let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
         let id = principal.id();
         let oauth: Arc<dyn upstream::oauth::OAuthStore> =
-            Arc::new(StoreOAuth::new(store, super::Principal::from_id(&id)));
+            Arc::new(StoreOAuth::new(store, ids::PrincipalId::new(id.as_str())));
         let mut rows = Vec::new();
         for server in oauth_servers(gateway.config()) {
             let name = server.name.as_str();
@@ -586,7 +586,7 @@ pub(crate) fn parse_request_state(state: &str) -> Option<(&str, u64)> {
 struct Pending<L> {
     server: String,
     /// Whose tokens the login brings: the principal id that started it.
-    principal: String,
+    principal: ids::PrincipalId,
     /// The `state` of the authorization request: the key the callback is matched by.
     state: String,
     started: Instant,
@@ -829,7 +829,7 @@ mod tests {
     fn pending_for(server: &str, principal: &str, state: &str, started: Instant) -> Pending<()> {
         Pending {
             server: server.to_owned(),
-            principal: principal.to_owned(),
+            principal: principal.into(),
             state: state.to_owned(),
             started,
             started_at: SystemTime::now(),
@@ -1020,7 +1020,7 @@ mod tests {
         }
         logins.announce("docs", "client:signed", Ok(()));
         let _held = logins.watch("docs", &Principal::Client("held".to_owned()));
-        let kept: Vec<(String, String)> = lock(&logins.finished).keys().cloned().collect();
+        let kept: Vec<(String, ids::PrincipalId)> = lock(&logins.finished).keys().cloned().collect();
         assert_eq!(kept.len(), 2, "{kept:?}");
         // The one that announced keeps its serial for a later retry to compare against.
         assert_eq!(
