@@ -1,5 +1,6 @@
 //! One upstream tool in the catalog: verbatim upstream data plus what the gateway derives.
 
+use ids::{QualifiedName, ServerName};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -13,11 +14,11 @@ use crate::{cost, schema};
 pub struct ToolEntry {
     /// The name clients see (`server__tool`, or the bare upstream name under
     /// `prefix = "when-needed"`; see [`crate::naming`]).
-    pub qualified: String,
+    pub qualified: QualifiedName,
     /// The `server__tool` name `prefix = "always"` gives; equal to `qualified` unless that is
     /// bare. Calls by this name reach the tool too, and policy patterns match either.
     pub prefixed: String,
-    pub server: String,
+    pub server: ServerName,
     /// The original name, always used on the wire.
     pub upstream_name: String,
     /// `title`, or else `annotations.title`.
@@ -124,9 +125,9 @@ impl ToolEntry {
         let resolved = schema::resolve(input_schema);
         Ok(Self {
             resolved: (resolved != *input_schema).then_some(resolved),
-            qualified,
+            qualified: qualified.into(),
             prefixed,
-            server: server.to_string(),
+            server: server.into(),
             upstream_name,
             title,
             description,

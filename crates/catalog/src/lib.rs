@@ -38,6 +38,7 @@ pub mod search;
 pub mod suggestion;
 pub mod uri;
 
+use ids::QualifiedName;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -177,7 +178,7 @@ pub struct Catalog {
 /// Everything of a [`Catalog`] but its vectors.
 struct Lexical {
     tools: Vec<ToolEntry>,
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<QualifiedName, usize>,
     /// The `server__tool` names of tools shown bare (`prefix = "when-needed"`).
     aliases: HashMap<String, usize>,
     /// Server names and descriptions in the given order, each once.
@@ -285,7 +286,7 @@ impl Catalog {
         // A bare name's `server__tool` form reaches it too, unless a real name took it.
         let mut aliases = HashMap::new();
         for (i, tool) in tools.iter().enumerate() {
-            if tool.prefixed != tool.qualified && !by_name.contains_key(&tool.prefixed) {
+            if tool.prefixed != tool.qualified && !by_name.contains_key(tool.prefixed.as_str()) {
                 aliases.insert(tool.prefixed.clone(), i);
             }
         }
@@ -350,7 +351,7 @@ impl Catalog {
             .lexical
             .tools
             .iter()
-            .map(|tool| tool.qualified.clone())
+            .map(|tool| tool.qualified.to_string())
             .collect();
         let index = VectorIndex::build(keys, &vectors).map_err(Error::Vectors)?;
         Ok(Catalog {
@@ -922,7 +923,7 @@ mod tests {
         let names: Vec<String> = catalog()
             .tools()
             .iter()
-            .map(|t| t.qualified.clone())
+            .map(|t| t.qualified.to_string())
             .collect();
         let tools = prop::option::of(prop::sample::subsequence(names.clone(), 0..=names.len()));
         (servers, any::<Option<bool>>(), any::<Option<bool>>(), tools).prop_map(
@@ -1436,7 +1437,7 @@ mod tests {
                 .map(|t| {
                     (
                         format!("{}/{}", t.server, t.upstream_name),
-                        t.qualified.clone(),
+                        t.qualified.to_string(),
                     )
                 })
                 .collect()

@@ -117,7 +117,7 @@ impl Filter {
     pub fn matches(&self, tool: &ToolEntry) -> bool {
         self.servers
             .as_ref()
-            .is_none_or(|servers| servers.contains(&tool.server))
+            .is_none_or(|servers| servers.iter().any(|s| *s == tool.server))
             && self
                 .read_only
                 .is_none_or(|want| tool.is_read_only() == want)
@@ -127,7 +127,7 @@ impl Filter {
             && self
                 .tools
                 .as_ref()
-                .is_none_or(|tools| tools.contains(&tool.qualified))
+                .is_none_or(|tools| tools.contains(tool.qualified.as_str()))
     }
 }
 
@@ -143,8 +143,8 @@ pub struct SearchHit<'a> {
 pub(crate) fn document(tool: &ToolEntry, server_description: Option<&str>) -> Document {
     let mut fields = vec![
         (Field::Name, tool.upstream_name.clone()),
-        (Field::Name, tool.qualified.clone()),
-        (Field::Server, tool.server.clone()),
+        (Field::Name, tool.qualified.to_string()),
+        (Field::Server, tool.server.to_string()),
     ];
     if !tool.description.is_empty() {
         fields.push((Field::Description, tool.description.clone()));
@@ -164,7 +164,7 @@ pub(crate) fn document(tool: &ToolEntry, server_description: Option<&str>) -> Do
         fields.push((Field::ServerDescription, description.to_string()));
     }
     Document {
-        key: tool.qualified.clone(),
+        key: tool.qualified.to_string(),
         fields,
     }
 }

@@ -58,7 +58,7 @@ pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {
         table.set_header(["tool", "server", "description"]);
     }
     for tool in tools {
-        let mut row = vec![tool.qualified.clone(), tool.server.clone()];
+        let mut row = vec![tool.qualified.to_string(), tool.server.to_string()];
         if cost {
             row.push(tool.token_cost.to_string());
         }

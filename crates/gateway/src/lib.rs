@@ -140,8 +140,8 @@ pub struct FoundTool {
 impl FoundTool {
     fn from_hit(hit: &SearchHit<'_>) -> Self {
         Self {
-            name: hit.tool.qualified.clone(),
-            server: hit.tool.server.clone(),
+            name: hit.tool.qualified.to_string(),
+            server: hit.tool.server.to_string(),
             description: hit.tool.one_line_description(),
             score: hit.score,
         }

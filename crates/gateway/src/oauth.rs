@@ -21,9 +21,9 @@ use std::{
 };
 
 use async_trait::async_trait;
+use ids::PrincipalId;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
-use ids::PrincipalId;
 use store::Store;
 use upstream::oauth::{
     ClientRegistration, CredentialRefreshGuard, CredentialStatus, OAuthError, OAuthStore,

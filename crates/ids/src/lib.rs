@@ -168,7 +168,10 @@ mod tests {
     #[test]
     fn identifiers_are_plain_strings_in_json() {
         let tool = QualifiedName::new("time__now");
-        assert_eq!(serde_json::to_string(&tool).ok().as_deref(), Some("\"time__now\""));
+        assert_eq!(
+            serde_json::to_string(&tool).ok().as_deref(),
+            Some("\"time__now\"")
+        );
         let back: QualifiedName = serde_json::from_str("\"time__now\"").expect("parse");
         assert_eq!(back, tool);
         assert!(PrincipalId::local().is_local());

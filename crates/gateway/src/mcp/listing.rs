@@ -34,6 +34,6 @@ pub(crate) fn visible_tools(gateway: &Gateway, access: &Access<'_>) -> Vec<Tool>
 /// A catalog tool as `tools/list` shows it: the upstream's definition under its qualified name.
 pub(crate) fn listed_tool(entry: &catalog::ToolEntry) -> Option<Tool> {
     let mut raw = (*entry.raw).clone();
-    raw["name"] = Value::String(entry.qualified.clone());
+    raw["name"] = Value::String(entry.qualified.to_string());
     serde_json::from_value::<Tool>(raw).ok()
 }

@@ -1020,7 +1020,8 @@ mod tests {
         }
         logins.announce("docs", "client:signed", Ok(()));
         let _held = logins.watch("docs", &Principal::Client("held".to_owned()));
-        let kept: Vec<(String, ids::PrincipalId)> = lock(&logins.finished).keys().cloned().collect();
+        let kept: Vec<(String, ids::PrincipalId)> =
+            lock(&logins.finished).keys().cloned().collect();
         assert_eq!(kept.len(), 2, "{kept:?}");
         // The one that announced keeps its serial for a later retry to compare against.
         assert_eq!(

@@ -175,7 +175,7 @@ impl<'a> Access<'a> {
         let names: Arc<HashSet<String>> = Arc::new(
             permitted
                 .into_iter()
-                .map(|entry| entry.qualified.clone())
+                .map(|entry| entry.qualified.to_string())
                 .collect(),
         );
         sets.insert(

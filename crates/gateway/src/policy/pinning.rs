@@ -58,8 +58,8 @@ const APPROVAL_POLL: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug, PartialEq)]
 pub struct HeldTool {
     /// The name it is served under once approved.
-    pub qualified: String,
-    pub server: String,
+    pub qualified: ids::QualifiedName,
+    pub server: ids::ServerName,
     /// The upstream's own name.
     pub upstream_name: String,
     /// The trusted definition (`null` if the stored one could not be read).
@@ -77,8 +77,8 @@ impl HeldTool {
     pub fn from_pin(pin: store::ToolPin) -> Option<HeldTool> {
         let pending = pin.pending?;
         Some(HeldTool {
-            qualified: pin.qualified,
-            server: pin.server,
+            qualified: pin.qualified.into(),
+            server: pin.server.into(),
             upstream_name: pin.tool,
             trusted: pin.trusted.definition,
             new: pending.definition,
@@ -441,8 +441,8 @@ pub(crate) async fn check(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<Ser
                 .filter(|pending| pending.hash == tool.hash)
                 .map_or_else(SystemTime::now, |pending| pending.since);
             held.push(HeldTool {
-                qualified: tool.qualified.clone(),
-                server: tool.server.to_owned(),
+                qualified: tool.qualified.as_str().into(),
+                server: tool.server.into(),
                 upstream_name: tool.name.to_owned(),
                 trusted: pin.map_or(Value::Null, |pin| pin.trusted.definition),
                 new: tool.definition.clone(),
@@ -658,8 +658,8 @@ mod tests {
     #[test]
     fn a_held_tool_names_what_changed_and_diffs_it() {
         let held = HeldTool {
-            qualified: "srv__echo".to_owned(),
-            server: "srv".to_owned(),
+            qualified: "srv__echo".into(),
+            server: "srv".into(),
             upstream_name: "echo".to_owned(),
             trusted: definition(&echo("Echo back.")),
             new: definition(&echo("Echo back, louder.")),

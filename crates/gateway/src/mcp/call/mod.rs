@@ -31,6 +31,7 @@
 use std::sync::{Arc, Mutex};
 
 use catalog::{Catalog, ToolEntry};
+use ids::{QualifiedName, ServerName};
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{CallToolRequestParams, CallToolResponse, CallToolResult, InputRequiredResult},
@@ -115,8 +116,8 @@ impl<'a> Call<'a> {
 /// The tool a call runs, copied out of the catalog snapshot.
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
-    pub(crate) qualified: String,
-    pub(crate) server: String,
+    pub(crate) qualified: QualifiedName,
+    pub(crate) server: ServerName,
     pub(crate) upstream_name: String,
     pub(crate) annotations: Option<Value>,
 }
@@ -136,7 +137,7 @@ impl Target {
 pub(crate) enum Found {
     Listed(Target),
     /// An OAuth server whose tools are not listed yet (see [`Resolution::Unlisted`]).
-    Unlisted(String),
+    Unlisted(ServerName),
 }
 
 impl Found {
@@ -397,7 +398,7 @@ impl resolve::Rules for CallerRules<'_> {
         self.access.permits_server(server)
     }
 
-    fn held(&self, name: &str) -> Option<String> {
+    fn held(&self, name: &str) -> Option<ServerName> {
         // A held tool's annotations are not trusted yet: a profile that needs a hint to admit
         // it does not see it.
         let profile = self.access.profile;
@@ -421,12 +422,12 @@ impl resolve::Rules for CallerRules<'_> {
 
 /// The server a tool name belongs to: its catalog entry's (bare names under `prefix =
 /// "when-needed"` included), else the `server` part of a `server__tool` name, else empty.
-pub(crate) fn server_of(catalog: &Catalog, name: &str) -> String {
+pub(crate) fn server_of(catalog: &Catalog, name: &str) -> ServerName {
     match catalog.get(name) {
         Some(entry) => entry.server.clone(),
         None => name
             .split_once(catalog::naming::SEPARATOR)
-            .map(|(server, _)| server.to_owned())
+            .map(|(server, _)| ServerName::from(server))
             .unwrap_or_default(),
     }
 }

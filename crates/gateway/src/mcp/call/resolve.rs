@@ -3,6 +3,7 @@
 //! does not exist (see `policy::access`); the audit log still learns of it.
 
 use catalog::{Catalog, ToolEntry};
+use ids::ServerName;
 
 /// What a name comes to for one caller.
 #[derive(Debug)]
@@ -13,11 +14,11 @@ pub(crate) enum Resolution<'c> {
     Hidden(&'c ToolEntry),
     /// A tool held until its changed definition is approved (`pinning`): refused as unknown
     /// (the refusal says why), recorded as held.
-    Held { server: String },
+    Held { server: ServerName },
     /// `server__…` on a server the caller may use, configured for OAuth, none of whose tools
     /// is listed (never signed in, or listed a moment ago): list it now, and sign in if it
     /// still wants that, rather than say "unknown tool".
-    Unlisted { server: String },
+    Unlisted { server: ServerName },
     /// No such tool for this caller.
     Unknown,
 }
@@ -29,7 +30,7 @@ pub(crate) trait Rules {
     /// Whether the caller's profile admits some tool of `server`.
     fn permits_server(&self, server: &str) -> bool;
     /// The server of `name` when it is a held tool the caller could use once approved.
-    fn held(&self, name: &str) -> Option<String>;
+    fn held(&self, name: &str) -> Option<ServerName>;
     /// Whether `server` is configured for OAuth.
     fn is_oauth(&self, server: &str) -> bool;
 }
@@ -53,7 +54,7 @@ pub(crate) fn resolve<'c>(catalog: &'c Catalog, name: &str, rules: &impl Rules) 
                 && !catalog.tools().iter().any(|tool| tool.server == server) =>
         {
             Resolution::Unlisted {
-                server: server.to_owned(),
+                server: server.into(),
             }
         }
         _ => Resolution::Unknown,
@@ -82,11 +83,11 @@ mod tests {
         fn permits_server(&self, server: &str) -> bool {
             self.allowed.contains(&server)
         }
-        fn held(&self, name: &str) -> Option<String> {
+        fn held(&self, name: &str) -> Option<ServerName> {
             self.held
                 .iter()
                 .find(|(tool, _)| *tool == name)
-                .map(|(_, server)| (*server).to_owned())
+                .map(|(_, server)| ServerName::from(*server))
         }
         fn is_oauth(&self, server: &str) -> bool {
             self.oauth.contains(&server)
