@@ -46,58 +46,9 @@ impl Semantic {
                 return None;
             }
             config::EmbedderConfig::Local { model, path } => {
-                let model = model.clone();
-                let path = path.clone();
-                // Loading reads and verifies ~100 MB: keep it off the async threads.
-                tokio::task::spawn_blocking(move || {
-                    let kind: embed::local::LocalModel = model
-                        .parse()
-                        .map_err(|e: embed::local::UnknownModel| e.to_string())?;
-                    embed::local::load(kind, path.as_deref()).map_err(|e| e.to_string())
-                })
-                .await
-                .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")))
+                load_local(model.clone(), path.clone()).await
             }
-            config::EmbedderConfig::Remote(remote) => {
-                if let Err(refusal) = netguard::check_url(&remote.base_url, network) {
-                    tracing::warn!(
-                        %refusal,
-                        "the embedding endpoint is refused by the network policy; searching with BM25 only"
-                    );
-                    return None;
-                }
-                let client = match netguard::guarded_client_builder(network.clone()).build() {
-                    Ok(client) => client,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot build the embedding endpoint's HTTP client; searching with BM25 only");
-                        return None;
-                    }
-                };
-                let api_key = match &remote.api_key_env {
-                    None => None,
-                    Some(var) => match std::env::var(var) {
-                        Ok(value) if !value.is_empty() => Some(SecretString::from(value)),
-                        _ => {
-                            tracing::warn!(
-                                variable = %var,
-                                "the embedding API key variable is not set; searching with BM25 only"
-                            );
-                            return None;
-                        }
-                    },
-                };
-                let mut remote_config =
-                    embed::remote::RemoteConfig::new(remote.base_url.clone(), remote.model.clone());
-                remote_config.api_key = api_key;
-                remote_config.batch_size = remote.batch_size;
-                remote_config.timeout = remote.timeout;
-                remote_config.retries = remote.retries;
-                remote_config.dimensions = remote.dimensions;
-                embed::remote::RemoteEmbedder::connect(remote_config, client)
-                    .await
-                    .map(|e| Arc::new(e) as Arc<dyn Embedder>)
-                    .map_err(|e| e.to_string())
-            }
+            config::EmbedderConfig::Remote(remote) => connect_remote(remote, network).await?,
         };
         match embedder {
             Ok(embedder) => {
@@ -177,4 +128,67 @@ impl Semantic {
     pub async fn query_vectors(&self, queries: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.embedder.embed(queries, TextKind::Query).await
     }
+}
+
+/// Loads a local model; reading and verifying ~100 MB stays off the async threads.
+async fn load_local(
+    model: String,
+    path: Option<std::path::PathBuf>,
+) -> Result<Arc<dyn Embedder>, String> {
+    tokio::task::spawn_blocking(move || {
+        let kind: embed::local::LocalModel = model
+            .parse()
+            .map_err(|e: embed::local::UnknownModel| e.to_string())?;
+        embed::local::load(kind, path.as_deref()).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")))
+}
+
+/// Connects a remote embedder under the global network policy. `None`: refused or not
+/// configurable here (logged); `Some(Err)`: the endpoint failed.
+async fn connect_remote(
+    remote: &config::RemoteEmbedderConfig,
+    network: &Arc<Policy>,
+) -> Option<Result<Arc<dyn Embedder>, String>> {
+    if let Err(refusal) = netguard::check_url(&remote.base_url, network) {
+        tracing::warn!(
+            %refusal,
+            "the embedding endpoint is refused by the network policy; searching with BM25 only"
+        );
+        return None;
+    }
+    let client = match netguard::guarded_client_builder(network.clone()).build() {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::warn!(%error, "cannot build the embedding endpoint's HTTP client; searching with BM25 only");
+            return None;
+        }
+    };
+    let api_key = match &remote.api_key_env {
+        None => None,
+        Some(var) => match std::env::var(var) {
+            Ok(value) if !value.is_empty() => Some(SecretString::from(value)),
+            _ => {
+                tracing::warn!(
+                    variable = %var,
+                    "the embedding API key variable is not set; searching with BM25 only"
+                );
+                return None;
+            }
+        },
+    };
+    let mut remote_config =
+        embed::remote::RemoteConfig::new(remote.base_url.clone(), remote.model.clone());
+    remote_config.api_key = api_key;
+    remote_config.batch_size = remote.batch_size;
+    remote_config.timeout = remote.timeout;
+    remote_config.retries = remote.retries;
+    remote_config.dimensions = remote.dimensions;
+    Some(
+        embed::remote::RemoteEmbedder::connect(remote_config, client)
+            .await
+            .map(|e| Arc::new(e) as Arc<dyn Embedder>)
+            .map_err(|e| e.to_string()),
+    )
 }

@@ -321,24 +321,75 @@ pub(crate) async fn check(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<Ser
         }
         return lists;
     };
-    // Read before the pins, so an approval made after this read moves it past what was seen.
-    let generation = store.pins_generation().await;
-    let states = match (generation, store.pin_states().await) {
+    let Some(states) = read_states(pins, store).await else {
+        return unchanged_only(gateway, lists);
+    };
+    let looked = look(&lists);
+    let mut sorted = Sorted::default();
+    for tool in &looked {
+        match states.get(&(tool.server.to_owned(), tool.name.to_owned())) {
+            None => sorted.first_use.push(tool),
+            Some(state) if state.trusted == tool.hash => {
+                if state.pending.is_some() {
+                    sorted.reverted.push((tool.server, tool.name));
+                }
+            }
+            Some(_) if trusts_changes(gateway, tool.server) => sorted.trust.push(tool),
+            Some(_) => sorted.hold.push(tool),
+        }
+    }
+    let mut hold = sorted.hold;
+    hold.extend(record_first_use(store, &sorted.first_use).await);
+    record_trusted(store, &sorted.trust).await;
+    if !sorted.reverted.is_empty()
+        && let Err(error) = store.drop_pending_pins(&sorted.reverted).await
+    {
+        tracing::warn!(%error, "cannot drop held changes of tools that changed back");
+    }
+    let held = record_held(store, &hold).await;
+    let out = without(&lists, &hold.iter().map(|t| t.index).collect());
+    pins.set_held(held);
+    out
+}
+
+/// What [`check`] found, tool by tool.
+#[derive(Default)]
+struct Sorted<'a> {
+    /// Never pinned: trusted on first use.
+    first_use: Vec<&'a Looked<'a>>,
+    /// Changed, on a server with `trust_changes`.
+    trust: Vec<&'a Looked<'a>>,
+    /// Changed: held until approved.
+    hold: Vec<&'a Looked<'a>>,
+    /// Back to the trusted definition while a change was held: (server, tool).
+    reverted: Vec<(&'a str, &'a str)>,
+}
+
+/// The pins, with the generation read first, so an approval made after this read moves it
+/// past what was seen. `None` when they cannot be read (said once in the log).
+async fn read_states(
+    pins: &Pins,
+    store: &store::Store,
+) -> Option<HashMap<(String, String), store::PinState>> {
+    match (store.pins_generation().await, store.pin_states().await) {
         (Ok(generation), Ok(states)) => {
             pins.generation.store(generation, Ordering::SeqCst);
             pins.unsettled.store(false, Ordering::SeqCst);
-            states
+            Some(states)
         }
         (Err(error), _) | (_, Err(error)) => {
             if !pins.unsettled.swap(true, Ordering::SeqCst) {
                 tracing::error!(%error, "cannot read the tool pins; serving only tools already served unchanged until they can be read");
             }
-            return unchanged_only(gateway, lists);
+            None
         }
-    };
+    }
+}
 
+/// Every tool the catalog would load from `lists`, named as it would name it.
+fn look(lists: &[ServerTools]) -> Vec<Looked<'_>> {
     let mut namer = Namer::new();
-    let mut looked: Vec<Looked> = Vec::new();
+    let mut looked = Vec::new();
     for (s, list) in lists.iter().enumerate() {
         let mut named: HashSet<&str> = HashSet::new();
         for (t, raw) in list.tools.iter().enumerate() {
@@ -361,100 +412,97 @@ pub(crate) async fn check(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<Ser
             });
         }
     }
+    looked
+}
 
-    let mut first_use: Vec<&Looked> = Vec::new();
-    let mut trust: Vec<&Looked> = Vec::new();
-    let mut hold: Vec<&Looked> = Vec::new();
-    let mut reverted: Vec<(&str, &str)> = Vec::new();
-    for tool in &looked {
-        match states.get(&(tool.server.to_owned(), tool.name.to_owned())) {
-            None => first_use.push(tool),
-            Some(state) if state.trusted == tool.hash => {
-                if state.pending.is_some() {
-                    reverted.push((tool.server, tool.name));
-                }
-            }
-            Some(_) if trusts_changes(gateway, tool.server) => trust.push(tool),
-            Some(_) => hold.push(tool),
-        }
+/// Pins the tools seen for the first time; returns those another process pinned meanwhile
+/// with a different definition (held, like any change).
+async fn record_first_use<'a>(
+    store: &store::Store,
+    first_use: &[&'a Looked<'a>],
+) -> Vec<&'a Looked<'a>> {
+    let mut changed = Vec::new();
+    if first_use.is_empty() {
+        return changed;
     }
-
-    if !first_use.is_empty() {
-        let seen: Vec<SeenTool> = first_use.iter().map(|t| t.seen()).collect();
-        match store.pin_first_use(&seen).await {
-            Ok(recorded) => {
-                // Pinned by another process since the states were read: compare with that pin.
-                for (tool, recorded) in first_use.iter().zip(recorded) {
-                    if recorded {
-                        tracing::debug!(tool = %tool.qualified, "tool definition trusted on first use");
-                    } else if store
-                        .tool_pin(tool.server, tool.name)
-                        .await
-                        .map_or(true, |pin| {
-                            pin.is_none_or(|pin| pin.trusted.hash != tool.hash)
-                        })
-                    {
-                        hold.push(tool);
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot record newly seen tool definitions; they are trusted again on the next start")
-            }
+    let seen: Vec<SeenTool> = first_use.iter().map(|t| t.seen()).collect();
+    let recorded = match store.pin_first_use(&seen).await {
+        Ok(recorded) => recorded,
+        Err(error) => {
+            tracing::warn!(%error, "cannot record newly seen tool definitions; they are trusted again on the next start");
+            return changed;
         }
-    }
-    if !trust.is_empty() {
-        for tool in &trust {
-            tracing::info!(tool = %tool.qualified, server = tool.server, "tool definition changed; trusted (the server has trust_changes)");
+    };
+    for (tool, recorded) in first_use.iter().zip(recorded) {
+        if recorded {
+            tracing::debug!(tool = %tool.qualified, "tool definition trusted on first use");
+            continue;
         }
-        let seen: Vec<SeenTool> = trust.iter().map(|t| t.seen()).collect();
-        if let Err(error) = store.trust_pins(&seen).await {
-            tracing::warn!(%error, "cannot record trusted tool changes");
-        }
-    }
-    if !reverted.is_empty()
-        && let Err(error) = store.drop_pending_pins(&reverted).await
-    {
-        tracing::warn!(%error, "cannot drop held changes of tools that changed back");
-    }
-
-    let mut held = Vec::with_capacity(hold.len());
-    if !hold.is_empty() {
-        let seen: Vec<SeenTool> = hold.iter().map(|t| t.seen()).collect();
-        let recorded = store.hold_pins(&seen).await.unwrap_or_else(|error| {
-            tracing::warn!(%error, "cannot record held tool changes");
-            vec![false; seen.len()]
-        });
-        for (tool, recorded) in hold.iter().zip(recorded) {
-            if recorded {
-                tracing::warn!(
-                    tool = %tool.qualified,
-                    server = tool.server,
-                    "tool definition changed since it was trusted; held until approved (`mcpgw tools held` shows the change, `mcpgw tools approve {}` accepts it)",
-                    tool.qualified
-                );
-            }
-            let pin = store.tool_pin(tool.server, tool.name).await.ok().flatten();
-            let since = pin
-                .as_ref()
-                .and_then(|pin| pin.pending.as_ref())
-                .filter(|pending| pending.hash == tool.hash)
-                .map_or_else(SystemTime::now, |pending| pending.since);
-            held.push(HeldTool {
-                qualified: tool.qualified.as_str().into(),
-                server: tool.server.into(),
-                upstream_name: tool.name.to_owned(),
-                trusted: pin.map_or(Value::Null, |pin| pin.trusted.definition),
-                new: tool.definition.clone(),
-                hash: tool.hash,
-                since,
+        // Pinned by another process since the states were read: compare with that pin.
+        let differs = store
+            .tool_pin(tool.server, tool.name)
+            .await
+            .map_or(true, |pin| {
+                pin.is_none_or(|pin| pin.trusted.hash != tool.hash)
             });
+        if differs {
+            changed.push(*tool);
         }
     }
+    changed
+}
 
-    let out = without(&lists, &hold.iter().map(|t| t.index).collect());
-    pins.set_held(held);
-    out
+/// Trusts the changes of servers with `trust_changes`.
+async fn record_trusted(store: &store::Store, trust: &[&Looked<'_>]) {
+    if trust.is_empty() {
+        return;
+    }
+    for tool in trust {
+        tracing::info!(tool = %tool.qualified, server = tool.server, "tool definition changed; trusted (the server has trust_changes)");
+    }
+    let seen: Vec<SeenTool> = trust.iter().map(|t| t.seen()).collect();
+    if let Err(error) = store.trust_pins(&seen).await {
+        tracing::warn!(%error, "cannot record trusted tool changes");
+    }
+}
+
+/// Records the held changes and describes each for [`Gateway::held_tools`].
+async fn record_held(store: &store::Store, hold: &[&Looked<'_>]) -> Vec<HeldTool> {
+    let mut held = Vec::with_capacity(hold.len());
+    if hold.is_empty() {
+        return held;
+    }
+    let seen: Vec<SeenTool> = hold.iter().map(|t| t.seen()).collect();
+    let recorded = store.hold_pins(&seen).await.unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot record held tool changes");
+        vec![false; seen.len()]
+    });
+    for (tool, recorded) in hold.iter().zip(recorded) {
+        if recorded {
+            tracing::warn!(
+                tool = %tool.qualified,
+                server = tool.server,
+                "tool definition changed since it was trusted; held until approved (`mcpgw tools held` shows the change, `mcpgw tools approve {}` accepts it)",
+                tool.qualified
+            );
+        }
+        let pin = store.tool_pin(tool.server, tool.name).await.ok().flatten();
+        let since = pin
+            .as_ref()
+            .and_then(|pin| pin.pending.as_ref())
+            .filter(|pending| pending.hash == tool.hash)
+            .map_or_else(SystemTime::now, |pending| pending.since);
+        held.push(HeldTool {
+            qualified: tool.qualified.as_str().into(),
+            server: tool.server.into(),
+            upstream_name: tool.name.to_owned(),
+            trusted: pin.map_or(Value::Null, |pin| pin.trusted.definition),
+            new: tool.definition.clone(),
+            hash: tool.hash,
+            since,
+        });
+    }
+    held
 }
 
 /// When the pins cannot be read: each server's tools that the current catalog already serves
