@@ -79,6 +79,7 @@ pub(crate) async fn login(
     let url = std::mem::take(&mut callback.url);
     let outcome = finish_login(pending, LoginCallback::Url(url)).await;
     callback.answer(name, outcome.is_ok());
+    callbacks.close().await;
     let outcome = outcome.with_context(|| format!("sign-in to '{name}' failed"))?;
 
     let scopes = if outcome.scopes.is_empty() {

@@ -6,12 +6,15 @@
 //! the login. Every connection is served on its own task, so a browser's idle pre-connection
 //! holds nothing up.
 
+use std::time::Duration;
+
 use axum::{Router, extract::State, http::StatusCode, http::Uri, response::Html, routing::get};
 use tokio::{
     net::TcpListener,
     sync::{mpsc, oneshot},
     task::JoinHandle,
 };
+use tokio_util::sync::CancellationToken;
 use url::Url;
 
 use super::browser_page;
@@ -44,10 +47,12 @@ impl Callback {
     }
 }
 
-/// The returns of one login, as they arrive; the listener stops when this is dropped.
+/// The returns of one login, as they arrive; the listener stops when this is dropped (or,
+/// with every answer written first, at [`Callbacks::close`]).
 pub struct Callbacks {
     arrived: mpsc::Receiver<Callback>,
-    server: JoinHandle<()>,
+    server: Option<JoinHandle<()>>,
+    stop: CancellationToken,
 }
 
 impl Callbacks {
@@ -55,11 +60,26 @@ impl Callbacks {
     pub async fn recv(&mut self) -> Option<Callback> {
         self.arrived.recv().await
     }
+
+    /// Stops listening once the answers given are written (at most [`CLOSE_GRACE`]): a
+    /// process that exits right after [`Callback::answer`] would otherwise cut the browser's
+    /// page off.
+    pub async fn close(mut self) {
+        self.stop.cancel();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(CLOSE_GRACE, server).await;
+        }
+    }
 }
+
+/// Longest [`Callbacks::close`] waits for answers to be written.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 impl Drop for Callbacks {
     fn drop(&mut self) {
-        self.server.abort();
+        if let Some(server) = &self.server {
+            server.abort();
+        }
     }
 }
 
@@ -82,12 +102,20 @@ pub fn serve_callbacks(listener: TcpListener, redirect_uri: Url, state: String) 
             state,
             arrived: sender,
         });
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let server = tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).await {
+        let serving = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stopped.cancelled().await });
+        if let Err(error) = serving.await {
             tracing::warn!(%error, "the sign-in callback listener stopped");
         }
     });
-    Callbacks { arrived, server }
+    Callbacks {
+        arrived,
+        server: Some(server),
+        stop,
+    }
 }
 
 async fn returned(State(expected): State<Expected>, uri: Uri) -> (StatusCode, Html<String>) {
@@ -130,7 +158,6 @@ pub fn state_of(url: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::net::TcpStream;
@@ -176,6 +203,7 @@ mod tests {
             format!("http://127.0.0.1:{port}/callback?code=the-code&state=s-1&iss=x")
         );
         callback.answer("docs", true);
+        callbacks.close().await;
         let page = read(browser).await;
         assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
         assert!(page.contains("You can close this tab"), "{page}");
