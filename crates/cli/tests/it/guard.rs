@@ -114,21 +114,6 @@ fn a_rebound_page_can_neither_read_nor_decide_a_held_call() {
     let config_path = config.path.clone();
     let gateway = Gateway::start(config);
     let port = gateway.port;
-    let token = admin_token(&gateway);
-    assert_eq!(token.len(), 64, "{token}");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(gateway.log.with_file_name("admin-token"))
-            .expect("token file")
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-    }
-    assert!(
-        gateway.log_text().contains(&token),
-        "serve prints the token as it starts"
-    );
 
     // A client without elicitation: its destructive call waits for an operator.
     let caller = {
@@ -140,10 +125,14 @@ fn a_rebound_page_can_neither_read_nor_decide_a_held_call() {
         thread::spawn(move || py_client(&["--url", &url], "legacy", json!([call])))
     };
     let mut waiting = Vec::new();
-    wait_until("the call to wait for approval", Duration::from_secs(30), || {
-        waiting = pending(&config_path);
-        !waiting.is_empty()
-    });
+    wait_until(
+        "the call to wait for approval",
+        Duration::from_secs(30),
+        || {
+            waiting = pending(&config_path);
+            !waiting.is_empty()
+        },
+    );
     let id = waiting[0]["id"].as_str().expect("id").to_owned();
 
     // The page at http://rebind.evil.example:PORT, its name now resolving to 127.0.0.1: a
@@ -154,19 +143,29 @@ fn a_rebound_page_can_neither_read_nor_decide_a_held_call() {
     assert!(!listed.body.contains(&id), "{}", listed.body);
     assert!(!listed.body.contains("held.txt"), "{}", listed.body);
     let attacker = dir.join("attacker.txt").display().to_string();
-    let body = json!({"arguments": {"path": attacker, "content": "attacker-replaced-args"}}).to_string();
+    let body =
+        json!({"arguments": {"path": attacker, "content": "attacker-replaced-args"}}).to_string();
     let origin = format!("Origin: http://rebind.evil.example:{port}");
     let approved = raw(
         port,
         &browser(
             "POST",
             &format!("/admin/approvals/{id}/approve"),
-            &[&rebound, &origin, "Content-Type: text/plain", "Sec-Fetch-Site: same-origin"],
+            &[
+                &rebound,
+                &origin,
+                "Content-Type: text/plain",
+                "Sec-Fetch-Site: same-origin",
+            ],
             &body,
         ),
     );
     assert_eq!(approved.status, 403, "{}", approved.body);
-    assert!(approved.head.contains("content-type: application/json"), "{}", approved.head);
+    assert!(
+        approved.head.contains("content-type: application/json"),
+        "{}",
+        approved.head
+    );
     assert!(
         serde_json::from_str::<Value>(&approved.body).expect("json")["error"]
             .as_str()
@@ -190,8 +189,26 @@ fn a_rebound_page_can_neither_read_nor_decide_a_held_call() {
     assert_eq!(pending(&config_path).len(), 1, "still waiting");
 
     // The operator, with the token, decides.
+    let token = admin_token(&gateway);
+    assert_eq!(token.len(), 64, "{token}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(gateway.log.with_file_name("admin-token"))
+            .expect("token file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert!(
+        gateway.log_text().contains(&token),
+        "serve prints the token as it starts"
+    );
     let token_header = format!("X-Mcpgw-Admin-Token: {token}");
-    let listed = raw(port, &browser("GET", "/admin/approvals", &[&local, &token_header], ""));
+    let listed = raw(
+        port,
+        &browser("GET", "/admin/approvals", &[&local, &token_header], ""),
+    );
     assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains(&id), "{}", listed.body);
     let bearer = format!("Authorization: Bearer {token}");
@@ -211,7 +228,10 @@ fn a_rebound_page_can_neither_read_nor_decide_a_held_call() {
         std::fs::read_to_string(dir.join("held.txt")).expect("held.txt"),
         "the caller's"
     );
-    assert!(!Path::new(&attacker).exists(), "the attacker's arguments never ran");
+    assert!(
+        !Path::new(&attacker).exists(),
+        "the attacker's arguments never ran"
+    );
 }
 
 /// The `[[servers]]` entry of the pinning fixture, describing `echo` as `description`.
@@ -219,7 +239,10 @@ fn pinned_server(description: &str) -> String {
     format!(
         "[[servers]]\nname = \"pinned\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}, {:?}] }}\n",
         venv_bin("python"),
-        repo_root().join("tests/fixtures/pinned_server.py").display().to_string(),
+        repo_root()
+            .join("tests/fixtures/pinned_server.py")
+            .display()
+            .to_string(),
         description,
     )
 }
@@ -254,7 +277,15 @@ fn a_cross_site_post_cannot_approve_a_changed_tool() {
     let forged = |headers: &[&str]| {
         let mut all = vec![local.as_str()];
         all.extend_from_slice(headers);
-        raw(port, &browser("POST", "/admin/tools/approve", &all, r#"{"name":"pinned__echo"}"#))
+        raw(
+            port,
+            &browser(
+                "POST",
+                "/admin/tools/approve",
+                &all,
+                r#"{"name":"pinned__echo"}"#,
+            ),
+        )
     };
 
     // What a page on https://evil.example sends with fetch(..., {method: "POST", mode:
@@ -339,14 +370,15 @@ fn a_foreign_origin_is_refused_on_every_mcp_request() {
     assert_eq!(listed.status, 200, "{}", listed.body);
 
     // Stateless (2026-07-28): every request stands alone.
-    let stateless = [
-        "Mcp-Protocol-Version: 2026-07-28",
-        "Mcp-Method: tools/list",
-    ];
+    let stateless = ["Mcp-Protocol-Version: 2026-07-28", "Mcp-Method: tools/list"];
     let with = |origin: &str| {
         let mut headers = stateless.to_vec();
         headers.push(origin);
-        mcp_post(port, &headers, r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#)
+        mcp_post(
+            port,
+            &headers,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"browser","version":"0"}}}}"#,
+        )
     };
     assert_json_rpc_refusal(&with(evil), 403);
     assert_json_rpc_refusal(&with("Origin: http://localhost:6275"), 403);
@@ -354,12 +386,21 @@ fn a_foreign_origin_is_refused_on_every_mcp_request() {
     for accepted in [own.as_str(), "Origin: http://localhost:6274"] {
         let answer = with(accepted);
         assert_eq!(answer.status, 200, "{accepted}: {}", answer.body);
-        assert!(answer.body.contains("get_current_time") || answer.body.contains("search_tools"), "{}", answer.body);
+        assert!(
+            answer.body.contains("get_current_time") || answer.body.contains("search_tools"),
+            "{}",
+            answer.body
+        );
     }
     // The other routes too.
     let health = raw(
         port,
-        &browser("GET", "/healthz", &[&format!("Host: 127.0.0.1:{port}"), evil], ""),
+        &browser(
+            "GET",
+            "/healthz",
+            &[&format!("Host: 127.0.0.1:{port}"), evil],
+            "",
+        ),
     );
     assert_eq!(health.status, 403, "{}", health.body);
 }
@@ -385,7 +426,11 @@ fn a_session_answers_only_the_principal_that_opened_it() {
     // Bob on Alice's session: exactly what an unknown session gets.
     let unknown = mcp_post(
         port,
-        &[&as_bob, "Mcp-Session-Id: 00000000-0000-0000-0000-000000000000", version],
+        &[
+            &as_bob,
+            "Mcp-Session-Id: 00000000-0000-0000-0000-000000000000",
+            version,
+        ],
         call,
     );
     assert_eq!(unknown.status, 404, "{}", unknown.body);
@@ -401,14 +446,24 @@ fn a_session_answers_only_the_principal_that_opened_it() {
             &browser(
                 method,
                 "/mcp",
-                &[&host, &as_bob, &session, version, "Accept: text/event-stream"],
+                &[
+                    &host,
+                    &as_bob,
+                    &session,
+                    version,
+                    "Accept: text/event-stream",
+                ],
                 "",
             ),
         );
         assert_eq!(answer.status, 404, "{method}: {}", answer.body);
     }
     let listed = mcp_post(port, &[&as_alice, &session, version], call);
-    assert_eq!(listed.status, 200, "Alice's session lives on: {}", listed.body);
+    assert_eq!(
+        listed.status, 200,
+        "Alice's session lives on: {}",
+        listed.body
+    );
 
     // Alice ends it: 204, and it is gone.
     let ended = raw(
@@ -416,7 +471,10 @@ fn a_session_answers_only_the_principal_that_opened_it() {
         &browser("DELETE", "/mcp", &[&host, &as_alice, &session, version], ""),
     );
     assert_eq!(ended.status, 204, "{}", ended.body);
-    assert_eq!(mcp_post(port, &[&as_alice, &session, version], call).status, 404);
+    assert_eq!(
+        mcp_post(port, &[&as_alice, &session, version], call).status,
+        404
+    );
 
     // The Python SDK ends its session on exit and is content with the answer.
     let output = Command::new(venv_bin("python"))
@@ -450,7 +508,12 @@ fn ambiguous_framing_and_foreign_targets_are_refused() {
 
     let absolute = mcp_post_to(port, "http://evil.example/mcp", &[&host], INITIALIZE);
     assert_json_rpc_refusal(&absolute, 403);
-    let own = mcp_post_to(port, &format!("http://127.0.0.1:{port}/mcp"), &[&host], INITIALIZE);
+    let own = mcp_post_to(
+        port,
+        &format!("http://127.0.0.1:{port}/mcp"),
+        &[&host],
+        INITIALIZE,
+    );
     assert_eq!(own.status, 200, "{}", own.body);
 
     // Content-Length beside Transfer-Encoding (request smuggling's raw material).

@@ -163,7 +163,12 @@ impl Guard {
     }
 
     /// Whether a request may go on, or why not.
-    pub(crate) fn judge(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+    pub(crate) fn judge(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+    ) -> Result<(), Refusal> {
         let host = self.host(uri, headers)?;
         self.origin(headers, &host)?;
         if is_admin_path(uri.path()) {
@@ -192,8 +197,9 @@ impl Guard {
         }
         // RFC 9112 3.2.2: an absolute-form target's authority replaces `Host`; both must pass.
         if let Some(authority) = uri.authority() {
-            let target = parse_authority(authority.as_str())
-                .ok_or_else(|| Refusal::bad_request("the request target's authority is malformed"))?;
+            let target = parse_authority(authority.as_str()).ok_or_else(|| {
+                Refusal::bad_request("the request target's authority is malformed")
+            })?;
             if !self.host_accepted(&target) {
                 return Err(Refusal::forbidden(&format!(
                     "the request target names `{target}`, which is not this gateway"
@@ -255,8 +261,8 @@ impl Guard {
                 && allowed.host == origin.host
                 && allowed.port == origin.port
         });
-        let same_as_host =
-            origin.host == host.host && host.port.unwrap_or(origin.scheme.default_port()) == origin.port;
+        let same_as_host = origin.host == host.host
+            && host.port.unwrap_or(origin.scheme.default_port()) == origin.port;
         let own = origin.scheme == Scheme::Http
             && self.host_accepted(&Authority {
                 host: origin.host.clone(),
@@ -360,7 +366,10 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
         .run(Request::from_parts(parts, Body::from_stream(body)))
         .await;
     if broken.load(Ordering::Relaxed) {
-        tracing::warn!(path, "request refused: its body's chunked framing is malformed");
+        tracing::warn!(
+            path,
+            "request refused: its body's chunked framing is malformed"
+        );
         return Refusal::bad_request(
             "the request body's framing is malformed (with Transfer-Encoding: chunked, a body must be sent in chunks; Content-Length is ignored)",
         )
@@ -415,7 +424,11 @@ pub struct Authority {
 impl Authority {
     fn ip(&self) -> Option<IpAddr> {
         match self.host.strip_prefix('[') {
-            Some(v6) => v6.strip_suffix(']')?.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+            Some(v6) => v6
+                .strip_suffix(']')?
+                .parse::<Ipv6Addr>()
+                .ok()
+                .map(IpAddr::V6),
             None => self.host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
         }
     }
@@ -530,7 +543,10 @@ fn parse_name(name: &str) -> Option<String> {
         return None;
     }
     let labels: Vec<&str> = name.split('.').collect();
-    if labels.iter().any(|label| label.is_empty() || label.len() > 63) {
+    if labels
+        .iter()
+        .any(|label| label.is_empty() || label.len() > 63)
+    {
         return None;
     }
     if let Ok(ip) = name.parse::<Ipv4Addr>() {
@@ -596,7 +612,10 @@ mod tests {
         check("[::1]:8080", Some("[::1]:8080"));
         check("[0:0:0:0:0:0:0:1]", Some("[::1]"));
         check("xn--bcher-kva.example", Some("xn--bcher-kva.example"));
-        check("XN--BCHER-KVA.Example:443", Some("xn--bcher-kva.example:443"));
+        check(
+            "XN--BCHER-KVA.Example:443",
+            Some("xn--bcher-kva.example:443"),
+        );
         for bad in [
             "",
             ":80",
@@ -627,7 +646,10 @@ mod tests {
     #[test]
     fn origins_parse_with_their_default_port() {
         let origin = |text: &str| parse_origin(text).map(|o| o.to_string());
-        assert_eq!(origin("http://localhost").as_deref(), Some("http://localhost:80"));
+        assert_eq!(
+            origin("http://localhost").as_deref(),
+            Some("http://localhost:80")
+        );
         assert_eq!(
             origin("HTTPS://Evil.Example").as_deref(),
             Some("https://evil.example:443")
@@ -703,7 +725,11 @@ mod tests {
 
     #[test]
     fn a_network_listener_answers_to_its_address_and_configured_names() {
-        let bound = guard("10.0.0.5:8931", "[gateway]\nallowed_hosts = [\"gw.example\"]\n", None);
+        let bound = guard(
+            "10.0.0.5:8931",
+            "[gateway]\nallowed_hosts = [\"gw.example\"]\n",
+            None,
+        );
         let host = |guard: &Guard, value: &str| {
             status(guard, "GET", "/healthz", &[&format!("host: {value}")])
         };
@@ -722,8 +748,14 @@ mod tests {
     fn an_absolute_form_target_must_name_the_listener() {
         let guard = guard("127.0.0.1:8931", "", None);
         let local = "host: 127.0.0.1:8931";
-        assert_eq!(status(&guard, "POST", "http://evil.example/mcp", &[local]), 403);
-        assert_eq!(status(&guard, "POST", "http://127.0.0.1:8931/mcp", &[local]), 200);
+        assert_eq!(
+            status(&guard, "POST", "http://evil.example/mcp", &[local]),
+            403
+        );
+        assert_eq!(
+            status(&guard, "POST", "http://127.0.0.1:8931/mcp", &[local]),
+            200
+        );
     }
 
     #[test]
@@ -785,38 +817,87 @@ mod tests {
         let approve = "/admin/tools/approve";
         assert_eq!(status(&open, "POST", approve, &[host, json, token]), 200);
         assert_eq!(
-            status(&open, "POST", approve, &[host, json, "authorization: Bearer s3cret"]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, json, "authorization: Bearer s3cret"]
+            ),
             200
         );
         assert_eq!(
-            status(&open, "POST", approve, &[host, "content-type: Application/JSON; charset=utf-8", token]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, "content-type: Application/JSON; charset=utf-8", token]
+            ),
             200
         );
         assert_eq!(status(&open, "POST", approve, &[host, json]), 401);
-        assert_eq!(status(&open, "POST", approve, &[host, json, "x-mcpgw-admin-token: s3cre"]), 401);
         assert_eq!(
-            status(&open, "POST", approve, &[host, "content-type: text/plain;charset=UTF-8", token]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, json, "x-mcpgw-admin-token: s3cre"]
+            ),
+            401
+        );
+        assert_eq!(
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, "content-type: text/plain;charset=UTF-8", token]
+            ),
             415
         );
         assert_eq!(status(&open, "POST", approve, &[host, token]), 415);
         assert_eq!(
-            status(&open, "POST", approve, &[host, json, token, "sec-fetch-site: cross-site"]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, json, token, "sec-fetch-site: cross-site"]
+            ),
             403
         );
         assert_eq!(
-            status(&open, "POST", approve, &[host, json, token, "sec-fetch-site: same-site"]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, json, token, "sec-fetch-site: same-site"]
+            ),
             403
         );
         assert_eq!(
-            status(&open, "POST", approve, &[host, json, token, "sec-fetch-site: same-origin"]),
+            status(
+                &open,
+                "POST",
+                approve,
+                &[host, json, token, "sec-fetch-site: same-origin"]
+            ),
             200
         );
         assert_eq!(status(&open, "GET", "/admin/approvals", &[host]), 401);
-        assert_eq!(status(&open, "GET", "/admin/approvals", &[host, token]), 200);
-        assert_eq!(status(&open, "POST", "/mcp", &[host]), 200, "not an admin route");
+        assert_eq!(
+            status(&open, "GET", "/admin/approvals", &[host, token]),
+            200
+        );
+        assert_eq!(
+            status(&open, "POST", "/mcp", &[host]),
+            200,
+            "not an admin route"
+        );
 
         let keyed = guard("127.0.0.1:8931", "", None);
-        assert_eq!(status(&keyed, "GET", "/admin/approvals", &[host]), 200, "the key decides");
+        assert_eq!(
+            status(&keyed, "GET", "/admin/approvals", &[host]),
+            200,
+            "the key decides"
+        );
         assert_eq!(status(&keyed, "POST", approve, &[host]), 415);
     }
 
@@ -826,8 +907,9 @@ mod tests {
         let body = |path: &str| {
             let response = refusal.clone().into_response(path);
             assert_eq!(response.status(), StatusCode::FORBIDDEN);
-            let bytes = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 1024))
-                .expect("body");
+            let bytes =
+                futures::executor::block_on(axum::body::to_bytes(response.into_body(), 1024))
+                    .expect("body");
             serde_json::from_slice::<serde_json::Value>(&bytes).expect("json")
         };
         assert_eq!(
@@ -842,7 +924,10 @@ mod tests {
     fn the_admin_token_is_random_written_0600_and_never_debug_printed() {
         let token = AdminToken::generate().expect("token");
         assert_eq!(token.reveal().len(), 64);
-        assert_ne!(token.reveal(), AdminToken::generate().expect("token").reveal());
+        assert_ne!(
+            token.reveal(),
+            AdminToken::generate().expect("token").reveal()
+        );
         assert!(!format!("{token:?}").contains(token.reveal()));
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(ADMIN_TOKEN_FILE);
@@ -858,10 +943,17 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(&path).expect("metadata").permissions().mode();
+            let mode = std::fs::metadata(&path)
+                .expect("metadata")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1, "no leftovers");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("dir").count(),
+            1,
+            "no leftovers"
+        );
     }
 
     /// A host-ish string: names from a small alphabet that includes the dangerous characters,

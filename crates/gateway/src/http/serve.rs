@@ -153,7 +153,11 @@ pub fn http_app(
         )
         .merge(login::routes(gateway.clone(), logins))
         .merge(crate::http::admin::routes(gateway.clone()));
-    let guard = Guard::new(local, &gateway.config().gateway, access.admin_token().cloned());
+    let guard = Guard::new(
+        local,
+        &gateway.config().gateway,
+        access.admin_token().cloned(),
+    );
     guard.apply(client_auth::apply(app, access, local))
 }
 

@@ -28,7 +28,9 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use rmcp::transport::streamable_http_server::session::{SessionManager, local::LocalSessionManager};
+use rmcp::transport::streamable_http_server::session::{
+    SessionManager, local::LocalSessionManager,
+};
 
 use crate::{Principal, lock};
 
@@ -83,7 +85,11 @@ impl Owners {
 }
 
 /// The layer: see the module documentation.
-pub(crate) async fn bind(State(owners): State<Arc<Owners>>, request: Request, next: Next) -> Response {
+pub(crate) async fn bind(
+    State(owners): State<Arc<Owners>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let principal = request
         .extensions()
         .get::<Principal>()
@@ -155,7 +161,9 @@ mod tests {
         owners.record(&ended, "client:bob".to_owned()).await;
         sessions.close_session(&ended).await.expect("closed");
         for i in 0..SWEEP_EVERY - 2 {
-            owners.record(&format!("gone-{i}"), "local".to_owned()).await;
+            owners
+                .record(&format!("gone-{i}"), "local".to_owned())
+                .await;
         }
         assert_eq!(owners.len(), 1, "swept after {SWEEP_EVERY} sessions");
         assert_eq!(owners.owner(&live).as_deref(), Some("client:alice"));
