@@ -8,7 +8,8 @@
 //!   bits 2-3: `Accept` (both, JSON only, SSE only, none); bits 4-6: `MCP-Protocol-Version`
 //!   (none, each known version, garbage); bit 7: send the body inside a session opened by a
 //!   valid `initialize` first, so that session-bound requests reach mcpgw's handlers;
-//! - byte 1, bits 0-1: `Host` (the listener's address, `localhost`, a foreign host, none);
+//! - byte 1, bits 0-1: `Host` (the listener's address, `localhost`, a foreign host, none:
+//!   the request guard answers the last two 403 and 400);
 //!   bits 2-3: method (POST, POST, DELETE, GET); bit 4: an unknown `Mcp-Session-Id`
 //!   (ignored when bit 7 of byte 0 opened a session); bit 5: `Mcp-Method` and `Mcp-Name`
 //!   mirrored from the body, as 2026-07-28 clients send them.
@@ -66,7 +67,8 @@ static HARNESS: LazyLock<Harness> = LazyLock::new(|| {
         let local: SocketAddr = LOCAL.parse().expect("socket address");
         // Never cancelled: sessions end by DELETE (see `close_session`).
         let shutdown = CancellationToken::new();
-        gateway::http_app(gateway, local, gateway::ClientAccess::Open, &shutdown)
+        let access = gateway::ClientAccess::Open(gateway::AdminToken::generate().expect("admin token"));
+        gateway::http_app(gateway, local, access, &shutdown)
     });
     Harness { runtime, app }
 });

@@ -53,6 +53,8 @@ pub(crate) struct GatewayFile {
     pub pinned: Option<Vec<String>>,
     pub client_auth: Option<ClientAuth>,
     pub allow_unauthenticated_loopback: Option<bool>,
+    pub allowed_hosts: Option<Vec<String>>,
+    pub allowed_origins: Option<Vec<String>>,
     pub default_profile: Option<String>,
     pub jwt: Option<crate::policy::JwtFile>,
 }
@@ -297,7 +299,7 @@ mod tests {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `default_profile`, `jwt`"
+                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`"
             ],
         );
     }

@@ -21,6 +21,7 @@ mod discover;
 mod error;
 mod file;
 mod import;
+mod origin;
 mod policy;
 mod server;
 mod validate;
@@ -35,6 +36,7 @@ pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
 pub use crate::discover::discover;
 pub use crate::error::{ConfigError, Problem};
 pub use crate::import::{Imported, import_mcp_servers_json};
+pub use crate::origin::{AllowedHost, AllowedOrigin};
 pub use crate::policy::{
     ApprovalAction, ApprovalConfig, ApprovalRule, DEFAULT_APPROVAL_TIMEOUT, DEFAULT_BODY_BYTES,
     DEFAULT_JWT_ALGORITHMS, JwtConfig, LimitsConfig, Pattern, PolicyConfig, Profile,
@@ -99,6 +101,12 @@ pub struct GatewayConfig {
     /// `mcpgw serve` must work before any key exists. A network address never serves
     /// without client auth, whatever this says.
     pub allow_unauthenticated_loopback: bool,
+    /// Names the HTTP listener answers to besides its own address (and, on loopback,
+    /// `localhost`): a request whose `Host` names anything else is refused.
+    pub allowed_hosts: Vec<AllowedHost>,
+    /// Browser origins, besides the listener's own, whose requests are accepted: a request
+    /// with any other `Origin` is refused.
+    pub allowed_origins: Vec<AllowedOrigin>,
 }
 
 impl Default for GatewayConfig {
@@ -111,6 +119,8 @@ impl Default for GatewayConfig {
             pinned: Vec::new(),
             client_auth: ClientAuth::default(),
             allow_unauthenticated_loopback: true,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             jwt: None,
         }
     }

@@ -411,10 +411,42 @@ impl Validator {
             allow_unauthenticated_loopback: file
                 .allow_unauthenticated_loopback
                 .unwrap_or(default.allow_unauthenticated_loopback),
+            allowed_hosts: self.entries(
+                "gateway.allowed_hosts",
+                file.allowed_hosts,
+                crate::origin::allowed_host,
+                "write a host name with an optional port, like \"mcpgw.internal\" or \"localhost:9000\"",
+            ),
+            allowed_origins: self.entries(
+                "gateway.allowed_origins",
+                file.allowed_origins,
+                crate::origin::allowed_origin,
+                "write an origin as a browser sends it, like \"http://localhost:6274\" or \"https://app.example\"",
+            ),
             jwt: file
                 .jwt
                 .and_then(|jwt| policy::jwt(jwt, &mut self.problems)),
         }
+    }
+
+    /// Each entry of a list parsed by `parse`; every bad one is a problem at `path[i]`.
+    fn entries<T>(
+        &mut self,
+        path: &str,
+        entries: Option<Vec<String>>,
+        parse: fn(&str) -> Result<T, String>,
+        hint: &str,
+    ) -> Vec<T> {
+        let mut parsed = Vec::new();
+        for (i, entry) in entries.unwrap_or_default().iter().enumerate() {
+            match parse(entry.trim()) {
+                Ok(value) => parsed.push(value),
+                Err(message) => self
+                    .problems
+                    .push(Problem::new(format!("{path}[{i}]"), message).hint(hint)),
+            }
+        }
+        parsed
     }
 
     /// `None` when the server has problems; they are recorded, and the remaining fields
@@ -1388,6 +1420,46 @@ strategy = "bm25"
         );
         let bad = parse("[gateway]\nclient_auth = \"jwt\"\n").expect_err("unknown mode");
         assert!(bad.contains("unknown variant `jwt`"), "{bad}");
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_are_normalised_and_every_bad_one_reported() {
+        let parsed = parse_toml(
+            "[gateway]\nallowed_hosts = [\"MCPGW.internal.\", \"localhost:9000\"]\nallowed_origins = [\"http://localhost:6274\", \"https://App.example\"]\n",
+            Path::new("/etc/mcpgw/mcpgw.toml"),
+        )
+        .expect("valid");
+        let hosts: Vec<String> = parsed
+            .gateway
+            .allowed_hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let origins: Vec<String> = parsed
+            .gateway
+            .allowed_origins
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(hosts, ["mcpgw.internal", "localhost:9000"]);
+        assert_eq!(
+            origins,
+            ["http://localhost:6274", "https://app.example:443"]
+        );
+        let bad = parse_toml(
+            "[gateway]\nallowed_hosts = [\"ok.example\", \"https://gw.example\"]\nallowed_origins = [\"null\", \"https://app.example/path\"]\n",
+            Path::new("/etc/mcpgw/mcpgw.toml"),
+        )
+        .expect_err("invalid")
+        .to_string();
+        for path in [
+            "gateway.allowed_hosts[1]",
+            "gateway.allowed_origins[0]",
+            "gateway.allowed_origins[1]",
+        ] {
+            assert!(bad.contains(path), "{path}: {bad}");
+        }
+        assert!(!bad.contains("allowed_hosts[0]"), "{bad}");
     }
 
     #[test]

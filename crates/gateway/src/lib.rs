@@ -33,8 +33,9 @@ use std::{
 };
 
 pub use self::http::{
-    ClientAccess, Principal, RESOURCE_METADATA_PATH, approval_json, http_app, serve_http,
-    serve_http_with, serve_stdio,
+    ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, ClientAccess, Principal,
+    RESOURCE_METADATA_PATH, admin_token_path, approval_json, http_app, serve_http, serve_http_with,
+    serve_stdio,
 };
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,

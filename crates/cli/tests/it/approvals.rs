@@ -196,9 +196,10 @@ clients = ["alice", "bob"]
             _ => client.post(url),
         }
         .header("authorization", format!("Bearer {key}"));
-        let request = match body {
-            Some(body) => request.json(&body),
-            None => request,
+        // A state-changing admin request always declares JSON (the guard's CSRF rule).
+        let request = match (method, body) {
+            ("GET", _) => request,
+            (_, body) => request.json(&body.unwrap_or_else(|| json!({}))),
         };
         let response = request.send().expect("admin endpoint");
         let status = response.status().as_u16();

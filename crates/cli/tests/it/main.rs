@@ -10,6 +10,7 @@ mod clients;
 mod example;
 mod exposure;
 mod faults;
+mod guard;
 mod harness;
 mod jwt;
 mod limits;

@@ -7,7 +7,9 @@
 //!   key closes the gateway rather than opening it.
 //! - Without keys the listener starts only on loopback, and only while
 //!   `allow_unauthenticated_loopback` (default true) holds; its requests run as
-//!   [`Principal::Local`], like stdio's.
+//!   [`Principal::Local`], like stdio's. Such an open listener gets a fresh [`AdminToken`],
+//!   written to the data directory as it starts, which the guard (`guard`) asks of every
+//!   admin request.
 //! - Keys are looked up per request (hashed, compared in constant time: see `store::clients`),
 //!   so a removed key stops working at once. `/healthz`, the protected-resource metadata and
 //!   the browser's return to `/oauth/callback` (protected by its single-use `state`) stay open.
@@ -35,7 +37,10 @@ use serde_json::json;
 
 use crate::{
     Gateway,
-    http::jwt::{self, Rejection},
+    http::{
+        guard::{AdminToken, admin_token_path},
+        jwt::{self, Rejection},
+    },
     oauth::login::CALLBACK_PATH,
 };
 
@@ -117,8 +122,9 @@ impl fmt::Display for Principal {
 /// Whether HTTP requests must carry a client key, decided as the listener starts.
 #[derive(Clone, Debug)]
 pub enum ClientAccess {
-    /// No keys: every request is the local user's (loopback only).
-    Open,
+    /// No keys: every request is the local user's (loopback only); the admin routes need
+    /// this token.
+    Open(AdminToken),
     /// `Authorization: Bearer <key>` required, looked up in this store.
     Keys(store::Store),
     /// `[gateway.jwt]`: `Authorization: Bearer` required, with a JWT from the identity
@@ -175,12 +181,30 @@ impl ClientAccess {
                 "refusing to serve HTTP on {addr} without client authentication: `[gateway] allow_unauthenticated_loopback` is false. Create a client key with `mcpgw clients add NAME`, or set it to true"
             );
         }
-        Ok(ClientAccess::Open)
+        let token = AdminToken::generate().map_err(|error| {
+            anyhow::anyhow!("refusing to serve HTTP on {addr}: cannot make an admin token: {error}")
+        })?;
+        let path = admin_token_path(&gateway.config().store);
+        token.write_to(&path).map_err(|error| {
+            anyhow::anyhow!(
+                "refusing to serve HTTP on {addr}: cannot write the admin token to {}: {error}",
+                path.display()
+            )
+        })?;
+        Ok(ClientAccess::Open(token))
     }
 
     /// Whether requests must carry a client key or (with `[gateway.jwt]`) a JWT.
     pub fn requires_keys(&self) -> bool {
-        !matches!(self, ClientAccess::Open)
+        !matches!(self, ClientAccess::Open(_))
+    }
+
+    /// The admin token of an open listener.
+    pub fn admin_token(&self) -> Option<&AdminToken> {
+        match self {
+            ClientAccess::Open(token) => Some(token),
+            _ => None,
+        }
     }
 
     /// The issuer of the accepted JWTs, if any.
@@ -248,7 +272,7 @@ async fn authenticate(
         return next.run(request).await;
     }
     let (store, verifier) = match access {
-        ClientAccess::Open => (None, None),
+        ClientAccess::Open(_) => (None, None),
         ClientAccess::Keys(store) => (Some(store), None),
         ClientAccess::Tokens { jwt, keys } => (Some(keys), Some(jwt)),
     };

@@ -1,14 +1,19 @@
-//! The HTTP edge: the listeners (`serve`: stdio, and Streamable HTTP with `/healthz`), who a
-//! request comes from (`client_auth`: client keys and, through `jwt`, tokens of the operator's
-//! identity provider), the admin routes (`admin`), and the data path's response shaping
+//! The HTTP edge: the listeners (`serve`: stdio, and Streamable HTTP with `/healthz`), the
+//! request guard in front of every route (`guard`: Host, Origin, the admin routes' CSRF
+//! rules and admin token), who a request comes from (`client_auth`: client keys and, through
+//! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
+//! (`session_owner`), the admin routes (`admin`), and the data path's response shaping
 //! (`json_reply`).
 
 pub(crate) mod admin;
 pub(crate) mod client_auth;
+pub(crate) mod guard;
 pub(crate) mod json_reply;
 pub(crate) mod jwt;
 pub(crate) mod serve;
+pub(crate) mod session_owner;
 
 pub use admin::approval_json;
 pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
+pub use guard::{ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, admin_token_path};
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};

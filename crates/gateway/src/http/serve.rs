@@ -1,6 +1,8 @@
 //! The two listeners: stdio (one client, the local user) and Streamable HTTP (`/mcp`, with
-//! `/healthz`, the sign-in endpoints `/oauth/*` and the protected-resource metadata beside it;
-//! client keys are checked by `client_auth`).
+//! `/healthz`, the sign-in endpoints `/oauth/*`, the admin routes and the protected-resource
+//! metadata beside it). Layers, outermost first: the request guard (`guard`: Host, Origin,
+//! the admin routes' rules) in front of everything, client auth (`client_auth`), and on
+//! `/mcp` the session binding (`session_owner`), `Mcp-Param-*` checks and JSON replies.
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -16,7 +18,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Front, Gateway,
-    http::client_auth::{self, ClientAccess},
+    http::{
+        client_auth::{self, ClientAccess},
+        guard::{Guard, admin_token_path},
+        session_owner::{self, Owners},
+    },
     oauth::login::{self, Logins},
 };
 
@@ -54,13 +60,22 @@ pub async fn serve_http_with(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let local: SocketAddr = listener.local_addr()?;
-    let keys = access.requires_keys();
+    match access.admin_token() {
+        // Printed so the operator can use the admin routes; the file has it for the CLI.
+        Some(token) => tracing::info!(
+            %local,
+            client_keys = "not required (loopback)",
+            admin_token = token.reveal(),
+            admin_token_file = %admin_token_path(&gateway.config().store).display(),
+            "serving MCP over Streamable HTTP at http://{local}/mcp; the admin routes need the admin token (header X-Mcpgw-Admin-Token)"
+        ),
+        None => tracing::info!(
+            %local,
+            client_keys = "required",
+            "serving MCP over Streamable HTTP at http://{local}/mcp"
+        ),
+    }
     let app = http_app(gateway, local, access, &shutdown);
-    tracing::info!(
-        %local,
-        client_keys = if keys { "required" } else { "not required (loopback)" },
-        "serving MCP over Streamable HTTP at http://{local}/mcp"
-    );
     // Every response is written as soon as it is ready: without TCP_NODELAY, Nagle holds the
     // second small write of a response (an SSE body's next event, the chunked body's end)
     // until the client's delayed ACK, about 40 ms on every call of a keep-alive client.
@@ -93,21 +108,20 @@ pub fn http_app(
     // No SSE priming events: they tell a client where to resume a broken stream, and no event
     // store keeps streams to resume from. A 2026-07-28 request whose answer needs no stream
     // gets one JSON body (rmcp's `json_response`); a session's, from `json_reply`.
-    let mut mcp_config = StreamableHttpServerConfig::default()
+    let mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(request_bytes)
         .with_sse_retry(None)
         .with_json_response(true);
-    if !local.ip().is_loopback() {
-        // Host validation guards a loopback listener against DNS rebinding; on a network address
-        // the operator's own Host names are not known, and client keys are required there.
-        mcp_config = mcp_config.disable_allowed_hosts();
-    }
+    // Host and Origin are the guard's, for every route alike (rmcp's check covered `/mcp` only).
+    let mcp_config = mcp_config.disable_allowed_hosts();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
+    let sessions = Arc::new(sessions);
+    let owners = Arc::new(Owners::new(sessions.clone()));
     let service = StreamableHttpService::new(
         move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
-        Arc::new(sessions),
+        sessions,
         mcp_config,
     );
     let health_gateway = gateway.clone();
@@ -122,6 +136,11 @@ pub fn http_app(
             gateway.clone(),
             crate::mcp::param_headers::check,
         ))
+        // Inside client auth, which names the principal a session is bound to.
+        .route_layer(axum::middleware::from_fn_with_state(
+            owners,
+            session_owner::bind,
+        ))
         .layer(axum::middleware::map_response(move |response| {
             transport_errors_as_json_rpc(response, request_bytes)
         }))
@@ -134,7 +153,12 @@ pub fn http_app(
         )
         .merge(login::routes(gateway.clone(), logins))
         .merge(crate::http::admin::routes(gateway.clone()));
-    client_auth::apply(app, access, local)
+    let guard = Guard::new(
+        local,
+        &gateway.config().gateway,
+        access.admin_token().cloned(),
+    );
+    guard.apply(client_auth::apply(app, access, local))
 }
 
 /// rmcp answers transport-level failures (unparseable body, body over the limit, wrong

@@ -12,8 +12,9 @@
 //! - The endpoints are served only on a loopback listener. Clients do not identify themselves
 //!   yet (issue 5), so on a shared address anyone who reaches it could sign the gateway in to
 //!   their own account, or watch the sign-ins; there they answer 403 and say why, and tool calls
-//!   point at `mcpgw auth login` instead. Every request must also name a loopback `Host`: a web
-//!   page must not reach them through a DNS name rebound to 127.0.0.1.
+//!   point at `mcpgw auth login` instead. That a request names this listener in its `Host` (so
+//!   a web page cannot reach them through a DNS name rebound to 127.0.0.1) is the request
+//!   guard's check (`http::guard`), made for every route.
 //! - Finished logins are announced per (server, principal) ([`Logins::watch`]), so a tool call
 //!   that handed out a sign-in link can wait for it and resume, and one user's sign-in wakes no
 //!   other user's call.
@@ -31,7 +32,7 @@ use std::{
 use axum::{
     Extension, Json, Router,
     extract::{RawQuery, State},
-    http::{HeaderMap, StatusCode, Uri, header},
+    http::{StatusCode, Uri, header},
     response::{Html, IntoResponse, Response},
     routing::get,
 };
@@ -518,16 +519,8 @@ impl Logins {
     }
 
     /// Whether the HTTP edge should refuse this request, and why.
-    fn refusal(&self, headers: &HeaderMap) -> Option<&'static str> {
-        if let Err(why) = self.site {
-            return Some(why.reason());
-        }
-        if !host_is_loopback(headers) {
-            return Some(
-                "the Host header must name a loopback address (127.0.0.1, [::1] or localhost)",
-            );
-        }
-        None
+    fn refusal(&self) -> Option<&'static str> {
+        self.site.as_ref().err().map(|why| why.reason())
     }
 
     fn is_callback_path(&self, path: &str) -> bool {
@@ -698,11 +691,10 @@ fn no_store() -> [(header::HeaderName, &'static str); 1] {
 async fn start(
     State((gateway, logins)): State<Shared>,
     principal: Option<Extension<Principal>>,
-    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let principal = principal.map_or(Principal::Local, |Extension(p)| p);
-    if let Some(why) = logins.refusal(&headers) {
+    if let Some(why) = logins.refusal() {
         return json_error(StatusCode::FORBIDDEN, why);
     }
     let params: HashMap<String, String> =
@@ -752,21 +744,12 @@ async fn start(
 }
 
 /// `GET /oauth/callback?code=...&state=...[&iss=...]`: the browser's return.
-async fn callback(
-    State((gateway, logins)): State<Shared>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> Response {
-    finish_page(&gateway, &logins, &headers, &uri).await
+async fn callback(State((gateway, logins)): State<Shared>, uri: Uri) -> Response {
+    finish_page(&gateway, &logins, &uri).await
 }
 
-async fn finish_page(
-    gateway: &Arc<Gateway>,
-    logins: &Logins,
-    headers: &HeaderMap,
-    uri: &Uri,
-) -> Response {
-    if let Some(why) = logins.refusal(headers) {
+async fn finish_page(gateway: &Arc<Gateway>, logins: &Logins, uri: &Uri) -> Response {
+    if let Some(why) = logins.refusal() {
         return page(StatusCode::FORBIDDEN, browser_page(why));
     }
     let (status, html) = logins
@@ -780,9 +763,8 @@ async fn finish_page(
 async fn status(
     State((gateway, logins)): State<Shared>,
     principal: Option<Extension<Principal>>,
-    headers: HeaderMap,
 ) -> Response {
-    if let Some(why) = logins.refusal(&headers) {
+    if let Some(why) = logins.refusal() {
         return json_error(StatusCode::FORBIDDEN, why);
     }
     let principal = principal.map_or(Principal::Local, |Extension(p)| p);
@@ -796,26 +778,12 @@ async fn status(
 async fn other(
     State((gateway, logins)): State<Shared>,
     method: axum::http::Method,
-    headers: HeaderMap,
     uri: Uri,
 ) -> Response {
     if method == axum::http::Method::GET && logins.is_callback_path(uri.path()) {
-        return finish_page(&gateway, &logins, &headers, &uri).await;
+        return finish_page(&gateway, &logins, &uri).await;
     }
     StatusCode::NOT_FOUND.into_response()
-}
-
-/// Whether the request's `Host` names a loopback address (any port).
-fn host_is_loopback(headers: &HeaderMap) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or_default(),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -933,26 +901,6 @@ mod tests {
         check("https://127.0.0.1:8931/oauth/callback", false);
         check("http://127.0.0.1:8931/mcp", false);
         check("http://127.0.0.1:8931/oauth/start", false);
-    }
-
-    #[test]
-    fn only_loopback_host_headers_pass() {
-        let check = |host: Option<&str>, expect: bool| {
-            let mut headers = HeaderMap::new();
-            if let Some(host) = host {
-                headers.insert(header::HOST, host.parse().expect("header"));
-            }
-            assert_eq!(host_is_loopback(&headers), expect, "{host:?}");
-        };
-        check(Some("127.0.0.1:8931"), true);
-        check(Some("localhost"), true);
-        check(Some("LOCALHOST:1"), true);
-        check(Some("[::1]:8931"), true);
-        check(Some("127.3.4.5"), true);
-        check(Some("evil.example:8931"), false);
-        check(Some("localhost.evil.example"), false);
-        check(Some("10.0.0.1:8931"), false);
-        check(None, false);
     }
 
     #[test]
