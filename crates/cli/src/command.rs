@@ -63,8 +63,11 @@ pub(crate) async fn serve(
         ),
         None => None,
     };
-    let gateway = start_gateway(gateway).await;
-    for server in gateway.upstreams().servers() {
+    // The HTTP listener answers at once; each server joins the catalog when it is ready, so
+    // one that hangs at start-up delays nobody but itself. A stdio client is answered once every
+    // server has settled, as before: many list the tools once, right after the handshake, and
+    // never look again however the list changes.
+    let settled = |server: &upstream::Server| {
         let status = server.status();
         match &status.state {
             upstream::ServerState::Failed { reason } => {
@@ -77,10 +80,12 @@ pub(crate) async fn serve(
                 "server ready"
             ),
         }
+    };
+    if stdio {
+        gateway.start(settled).await;
+    } else {
+        gateway.start_serving(settled);
     }
-    // Serve at once: the first search waits a little for the tool embeddings (see
-    // `Gateway::search`), while the handshake must not.
-    tracing::info!(tools = gateway.catalog().tools().len(), "catalog ready");
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     let served = match (listener, access) {

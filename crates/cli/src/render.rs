@@ -21,9 +21,11 @@ pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
 pub(crate) fn state_word(status: &upstream::ServerStatus) -> &'static str {
     match status.state {
         upstream::ServerState::Idle => "idle",
+        upstream::ServerState::Starting => "starting",
         upstream::ServerState::Connecting => "connecting",
         upstream::ServerState::Ready => "ready",
         upstream::ServerState::Failed { .. } => "failed",
+        upstream::ServerState::Unresponsive { .. } => "unresponsive",
     }
 }
 
@@ -73,7 +75,8 @@ pub(crate) fn servers_table(statuses: &[upstream::ServerStatus]) -> Table {
     table.set_header(["server", "state", "era", "protocol", "tools", "detail"]);
     for status in statuses {
         let detail = match &status.state {
-            upstream::ServerState::Failed { reason } => reason.clone(),
+            upstream::ServerState::Failed { reason }
+            | upstream::ServerState::Unresponsive { reason } => reason.clone(),
             _ => status
                 .server_name
                 .as_ref()

@@ -127,6 +127,8 @@ pub struct Found {
     /// Set when the search ran with less than the configured strategy, and why.
     pub degraded: Option<String>,
     pub strategy: catalog::Strategy,
+    /// Servers still making their first connection: their tools are not in the catalog yet.
+    pub starting: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -203,25 +205,71 @@ impl Gateway {
     /// each server as it settles. The embedder loads while the servers connect. Tool
     /// embeddings are computed in the background: with thousands of new tools they take
     /// minutes, and BM25 serves meanwhile (searches say "tool embeddings not ready").
-    /// [`Gateway::embedded`] waits for them.
+    /// [`Gateway::embedded`] waits for them. For one-shot commands, which want every server.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
-        let semantic = async {
-            Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
-                .await
-                .map(Arc::new)
-        };
-        let (semantic, ()) = tokio::join!(semantic, self.upstreams.connect_all(on_settled));
-        let _ = self.semantic.set(semantic);
-        let (published, lexical) = tokio::sync::oneshot::channel();
+        self.start_with(on_settled, false).await
+    }
+
+    /// Starts the gateway for serving: returns at once, with every server `starting`; each
+    /// server joins the catalog as soon as it is ready (a new catalog is published and clients
+    /// are told the tool list changed), so one that hangs at start-up holds back nobody but
+    /// itself. `on_settled` reports each server as it settles.
+    pub fn start_serving(
+        self: &Arc<Self>,
+        on_settled: impl Fn(&upstream::Server) + Send + Sync + 'static,
+    ) {
+        self.upstreams.mark_starting();
         let gateway = Arc::clone(self);
-        tokio::spawn(async move { gateway.refresh(Some(published)).await });
-        // The sender is dropped unsent only if the refresh task died; start returns anyway.
-        let _ = lexical.await;
+        tokio::spawn(async move { gateway.start_with(on_settled, true).await });
+    }
+
+    /// [`Gateway::start`]; `incremental`: publish a catalog as each server becomes ready and
+    /// once the embedder is loaded, rather than once when all have settled.
+    async fn start_with(
+        self: &Arc<Self>,
+        on_settled: impl Fn(&upstream::Server) + Send + Sync,
+        incremental: bool,
+    ) {
         tokio::spawn(retry_failed(Arc::downgrade(self)));
         tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
         tokio::spawn(refresh_periodically(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
         tokio::spawn(audit::prune_periodically(Arc::downgrade(self)));
+        let semantic = async {
+            let semantic =
+                Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
+                    .await
+                    .map(Arc::new);
+            let loaded = semantic.is_some();
+            let _ = self.semantic.set(semantic);
+            if incremental && loaded {
+                let gateway = Arc::clone(self);
+                tokio::spawn(async move { gateway.refresh_catalog().await });
+            }
+        };
+        let settled = |server: &upstream::Server| {
+            on_settled(server);
+            if incremental && matches!(server.status().state, upstream::ServerState::Ready) {
+                let gateway = Arc::clone(self);
+                tokio::spawn(async move { gateway.refresh_catalog().await });
+            }
+        };
+        tokio::join!(semantic, self.upstreams.connect_all(settled));
+        let (published, lexical) = tokio::sync::oneshot::channel();
+        let gateway = Arc::clone(self);
+        tokio::spawn(async move { gateway.refresh(Some(published)).await });
+        // The sender is dropped unsent only if the refresh task died; start returns anyway.
+        let _ = lexical.await;
+    }
+
+    /// The servers still making their first connection, in configuration order.
+    pub fn starting_servers(&self) -> Vec<String> {
+        self.upstreams
+            .servers()
+            .iter()
+            .filter(|server| matches!(server.status().state, upstream::ServerState::Starting))
+            .map(|server| server.name().to_owned())
+            .collect()
     }
 
     /// Waits until no catalog refresh is running, so the catalog carries tool vectors when
@@ -308,6 +356,7 @@ impl Gateway {
             hits: outcome.hits.iter().map(FoundTool::from_hit).collect(),
             degraded: degraded.or(outcome.degraded),
             strategy,
+            starting: self.starting_servers(),
         }
     }
 

@@ -62,9 +62,17 @@ pub enum Era {
 pub enum ServerState {
     /// Never connected yet.
     Idle,
+    /// The gateway is making its first connection at start-up; its tools join the catalog
+    /// when it is ready.
+    Starting,
     Connecting,
     Ready,
     Failed {
+        reason: String,
+    },
+    /// It stopped answering `ping` (see `supervise`): its process was ended and it is being
+    /// restarted; calls waiting on it failed with this reason.
+    Unresponsive {
         reason: String,
     },
 }
@@ -192,6 +200,15 @@ impl Server {
 
     pub fn status(&self) -> ServerStatus {
         lock(&self.status).clone()
+    }
+
+    /// Marks a server that never connected as `starting` (the gateway's first connect is on
+    /// its way).
+    pub(crate) fn mark_starting(&self) {
+        let mut status = lock(&self.status);
+        if status.state == ServerState::Idle {
+            status.state = ServerState::Starting;
+        }
     }
 
     /// The last tool list fetched successfully, raw as the server sent it. Kept while the server
@@ -443,7 +460,11 @@ impl Server {
         if let Some(stale) = stale {
             close_session(stale.session).await;
         }
-        self.set_state(ServerState::Connecting);
+        // A first connection at start-up stays `starting`, so `/healthz` can tell it from a
+        // reconnect.
+        if lock(&self.status).state != ServerState::Starting {
+            self.set_state(ServerState::Connecting);
+        }
         let started = Instant::now();
         let known_era = lock(&self.status).era;
         let timeout = self.config.timeout;

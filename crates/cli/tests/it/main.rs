@@ -24,4 +24,5 @@ mod relay;
 mod resources;
 mod search;
 mod signin;
+mod startup;
 mod upstreams;

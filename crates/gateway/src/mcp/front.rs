@@ -704,7 +704,10 @@ impl Front {
                     );
                     return complete(found.await);
                 }
-                let found = self.gateway.search(&search).await;
+                let mut found = self.gateway.search(&search).await;
+                found
+                    .starting
+                    .retain(|server| access.permits_server(server));
                 complete(meta::render_search(&known, &search, &found))
             }
             meta::GET_TOOL_DETAILS => {

@@ -349,9 +349,19 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
             .collect::<Vec<_>>()
             .join("\n")
     };
+    let mut text = text;
+    if !found.starting.is_empty() {
+        text.push_str(&format!(
+            "\nStill starting, so not searched yet: {}. Their tools join when they are ready; search again in a moment.",
+            found.starting.join(", ")
+        ));
+    }
     let mut structured = json!({ "results": results, "strategy": found.strategy.as_str() });
     if let Some(reason) = &found.degraded {
         structured["degraded"] = json!(reason);
+    }
+    if !found.starting.is_empty() {
+        structured["starting"] = json!(found.starting);
     }
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);

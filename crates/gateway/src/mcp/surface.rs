@@ -304,7 +304,13 @@ pub(crate) async fn search(
     include: meta::Include,
 ) -> CallToolResult {
     let found = match include.tools {
-        true => Some(gateway.search(search).await),
+        true => {
+            let mut found = gateway.search(search).await;
+            found
+                .starting
+                .retain(|server| access.permits_server(server));
+            Some(found)
+        }
         false => None,
     };
     let surface = gateway.surface();
