@@ -377,13 +377,50 @@ pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Resu
         .iter()
         .map(|s| s.status())
         .collect();
+    let held = held_counts(&gateway);
     if json {
-        println!("{}", serde_json::to_string_pretty(&statuses)?);
+        let rows: Vec<serde_json::Value> = statuses
+            .iter()
+            .map(|status| {
+                let mut row = serde_json::to_value(status).unwrap_or_default();
+                row["held"] = held.get(&status.name).copied().unwrap_or(0).into();
+                row
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{}", render::servers_table(&statuses));
+        println!("{}", render::servers_table(&statuses, &held));
     }
     gateway.shutdown().await;
-    Ok(())
+    let failed: Vec<&str> = statuses
+        .iter()
+        .filter(|status| {
+            matches!(
+                status.state,
+                upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
+            )
+        })
+        .map(|status| status.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::from(anyhow!(
+            "{} of {} servers failed: {}",
+            failed.len(),
+            statuses.len(),
+            failed.join(", ")
+        )))
+    }
+}
+
+/// How many tools of each server are held for approval (tool pinning), by server name.
+fn held_counts(gateway: &Gateway) -> std::collections::HashMap<String, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for tool in gateway.held_tools().iter() {
+        *counts.entry(tool.server.clone()).or_default() += 1;
+    }
+    counts
 }
 
 pub(crate) fn config_check(config_path: Option<&Path>) -> Result<(), Failure> {

@@ -70,11 +70,15 @@ pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {
     table
 }
 
-pub(crate) fn servers_table(statuses: &[upstream::ServerStatus]) -> Table {
+/// `held`: how many tools of each server are held for approval, by name.
+pub(crate) fn servers_table(
+    statuses: &[upstream::ServerStatus],
+    held: &std::collections::HashMap<String, usize>,
+) -> Table {
     let mut table = table();
     table.set_header(["server", "state", "era", "protocol", "tools", "detail"]);
     for status in statuses {
-        let detail = match &status.state {
+        let mut detail = match &status.state {
             upstream::ServerState::Failed { reason }
             | upstream::ServerState::Unresponsive { reason } => reason.clone(),
             _ => status
@@ -83,6 +87,18 @@ pub(crate) fn servers_table(statuses: &[upstream::ServerStatus]) -> Table {
                 .map(|n| format!("{n} {}", status.server_version.clone().unwrap_or_default()))
                 .unwrap_or_default(),
         };
+        match held.get(&status.name).copied().unwrap_or(0) {
+            0 => {}
+            n => {
+                if !detail.is_empty() {
+                    detail.push_str("; ");
+                }
+                let tools = if n == 1 { "tool" } else { "tools" };
+                detail.push_str(&format!(
+                    "{n} {tools} held for approval (see `mcpgw tools held`)"
+                ));
+            }
+        }
         table.add_row([
             status.name.clone(),
             state_word(status).to_owned(),

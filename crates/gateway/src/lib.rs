@@ -231,6 +231,7 @@ impl Gateway {
         incremental: bool,
     ) {
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+        tokio::spawn(supervise(Arc::downgrade(self)));
         tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
         tokio::spawn(refresh_periodically(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
@@ -566,7 +567,7 @@ impl Drop for RefreshRunning<'_> {
 }
 
 /// First and longest wait between reconnect attempts for a server that is down.
-const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_FIRST: Duration = Duration::from_secs(2);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// Reconnects servers that are down, with exponential backoff per server, so a server that was
@@ -585,7 +586,10 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
         };
         let now = Instant::now();
         for server in gateway.upstreams.servers() {
-            let failed = matches!(server.status().state, upstream::ServerState::Failed { .. });
+            let failed = matches!(
+                server.status().state,
+                upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
+            );
             if !failed {
                 next_try.remove(server.name());
                 continue;
@@ -606,6 +610,27 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
                     gateway.refresh_catalog().await;
                 }
             });
+        }
+    }
+}
+
+/// How often every server is supervised ([`upstream::Server::supervise`]): a child's exit is
+/// noticed within this, and pings are sent on their own schedule.
+const SUPERVISION_TICK: Duration = Duration::from_millis(250);
+
+/// Watches every shared server for a child that ended and for liveness (see
+/// [`upstream::Server::supervise`]). Ends with the gateway.
+async fn supervise(gateway: std::sync::Weak<Gateway>) {
+    // A scheduling tick, not a readiness wait.
+    let mut tick = tokio::time::interval(SUPERVISION_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        for server in gateway.upstreams.servers() {
+            server.supervise();
         }
     }
 }

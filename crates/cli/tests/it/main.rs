@@ -25,4 +25,5 @@ mod resources;
 mod search;
 mod signin;
 mod startup;
+mod supervision;
 mod upstreams;

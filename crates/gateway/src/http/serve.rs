@@ -194,11 +194,21 @@ async fn transport_errors_as_json_rpc(
 }
 
 fn health(gateway: &Gateway) -> serde_json::Value {
+    let held = gateway.held_tools();
     let servers: Vec<_> = gateway
         .upstreams()
         .servers()
         .iter()
-        .map(|s| s.status())
+        .map(|server| {
+            let mut status = serde_json::to_value(server.status()).unwrap_or_default();
+            // Tools held for approval (pinning) are not in `tools`: say how many there are.
+            status["held"] = held
+                .iter()
+                .filter(|tool| tool.server == server.name())
+                .count()
+                .into();
+            status
+        })
         .collect();
     serde_json::json!({
         "tools": gateway.catalog().tools().len(),
