@@ -129,6 +129,8 @@ pub struct Found {
     pub strategy: catalog::Strategy,
     /// Servers still making their first connection: their tools are not in the catalog yet.
     pub starting: Vec<String>,
+    /// Tools of the searched servers held for approval (pinning): not in the catalog either.
+    pub held: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -248,19 +250,38 @@ impl Gateway {
                 tokio::spawn(async move { gateway.refresh_catalog().await });
             }
         };
-        let settled = |server: &upstream::Server| {
-            on_settled(server);
-            if incremental && matches!(server.status().state, upstream::ServerState::Ready) {
-                let gateway = Arc::clone(self);
-                tokio::spawn(async move { gateway.refresh_catalog().await });
-            }
-        };
-        tokio::join!(semantic, self.upstreams.connect_all(settled));
+        let on_settled = &on_settled;
+        let connect_all =
+            futures::future::join_all(self.upstreams.servers().iter().map(|server| async move {
+                // A failure is recorded in the server's state, never returned, so one dead
+                // server cannot fail the others.
+                let ready = server.refresh_tools().await.is_ok();
+                if incremental && ready {
+                    self.publish_lexical().await;
+                }
+                server.mark_started();
+                on_settled(server);
+            }));
+        tokio::join!(semantic, connect_all);
+        self.publish_lexical().await;
+    }
+
+    /// Starts a catalog refresh and waits until its lexical catalog is published (its
+    /// embedding goes on in the background).
+    async fn publish_lexical(self: &Arc<Self>) {
         let (published, lexical) = tokio::sync::oneshot::channel();
         let gateway = Arc::clone(self);
         tokio::spawn(async move { gateway.refresh(Some(published)).await });
-        // The sender is dropped unsent only if the refresh task died; start returns anyway.
+        // The sender is dropped unsent only if the refresh task died; go on anyway.
         let _ = lexical.await;
+    }
+
+    /// How many tools are held for approval (pinning) on the servers `keep` lets through.
+    pub fn held_count(&self, keep: impl Fn(&str) -> bool) -> usize {
+        self.held_tools()
+            .iter()
+            .filter(|tool| keep(&tool.server))
+            .count()
     }
 
     /// The servers still making their first connection, in configuration order.
@@ -358,6 +379,13 @@ impl Gateway {
             degraded: degraded.or(outcome.degraded),
             strategy,
             starting: self.starting_servers(),
+            held: self.held_count(|server| {
+                search
+                    .filter
+                    .servers
+                    .as_ref()
+                    .is_none_or(|servers| servers.iter().any(|s| s == server))
+            }),
         }
     }
 

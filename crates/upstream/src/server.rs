@@ -225,6 +225,16 @@ impl Server {
         lock(&self.status).clone()
     }
 
+    /// Ends `starting`: the server is `ready` if it connected (its tools are in the catalog);
+    /// a failed one stays failed.
+    pub fn mark_started(&self) {
+        let mut status = lock(&self.status);
+        if status.state == ServerState::Starting {
+            status.state = ServerState::Ready;
+            status.last_change = Some(SystemTime::now());
+        }
+    }
+
     /// Marks a server that never connected as `starting` (the gateway's first connect is on
     /// its way).
     pub(crate) fn mark_starting(&self) {
@@ -530,7 +540,12 @@ impl Server {
         let session = Arc::new(connected.session);
         {
             let mut status = lock(&self.status);
-            status.state = ServerState::Ready;
+            // A server starting with the gateway is `ready` once its tools are published
+            // (`Server::mark_started`), so `/healthz` never says ready before search can
+            // find it.
+            if status.state != ServerState::Starting {
+                status.state = ServerState::Ready;
+            }
             status.era = Some(connected.era);
             status.protocol_version = Some(connected.protocol_version);
             status.server_name = connected.server_name;

@@ -350,6 +350,15 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
             .join("\n")
     };
     let mut text = text;
+    if found.hits.is_empty() && found.held > 0 {
+        let (count, verb) = match found.held {
+            1 => ("1 tool is".to_owned(), "its definition"),
+            n => (format!("{n} tools are"), "their definitions"),
+        };
+        text.push_str(&format!(
+            "\n{count} held for approval because {verb} changed since first trusted, so not searchable. The operator can review them with `mcpgw tools held` and approve them with `mcpgw tools approve NAME`."
+        ));
+    }
     if !found.starting.is_empty() {
         text.push_str(&format!(
             "\nStill starting, so not searched yet: {}. Their tools join when they are ready; search again in a moment.",
@@ -362,6 +371,9 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
     }
     if !found.starting.is_empty() {
         structured["starting"] = json!(found.starting);
+    }
+    if found.held > 0 {
+        structured["held"] = json!(found.held);
     }
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);

@@ -309,6 +309,14 @@ pub(crate) async fn search(
             found
                 .starting
                 .retain(|server| access.permits_server(server));
+            found.held = gateway.held_count(|server| {
+                access.permits_server(server)
+                    && search
+                        .filter
+                        .servers
+                        .as_ref()
+                        .is_none_or(|servers| servers.iter().any(|s| s == server))
+            });
             Some(found)
         }
         false => None,
