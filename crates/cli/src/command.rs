@@ -87,10 +87,18 @@ pub(crate) async fn serve(
         gateway.start_serving(settled);
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let now = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone(), now.clone()));
     let served = match (listener, access) {
         (Some(listener), Some(access)) => {
-            gateway::serve_http_with(gateway.clone(), listener, access, shutdown.clone()).await
+            gateway::serve_http_with(
+                gateway.clone(),
+                listener,
+                access,
+                shutdown.clone(),
+                now.clone(),
+            )
+            .await
         }
         _ => gateway::serve_stdio(gateway.clone(), shutdown.clone()).await,
     };
@@ -100,7 +108,17 @@ pub(crate) async fn serve(
     served.map_err(Failure::from)
 }
 
-async fn signal_shutdown(token: CancellationToken) {
+/// The first SIGTERM or Ctrl-C fires `drain` (the HTTP listener drains its calls in flight),
+/// a second one `now` (stop at once).
+async fn signal_shutdown(drain: CancellationToken, now: CancellationToken) {
+    for token in [drain, now] {
+        next_signal().await;
+        tracing::info!("shutting down");
+        token.cancel();
+    }
+}
+
+async fn next_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -119,8 +137,6 @@ async fn signal_shutdown(token: CancellationToken) {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-    token.cancel();
 }
 
 pub(crate) async fn search(
