@@ -247,10 +247,6 @@ pub struct LimitsConfig {
     pub header_timeout: std::time::Duration,
     /// How long an idle keep-alive connection stays open.
     pub idle_timeout: std::time::Duration,
-    /// Most MCP sessions open at once (503 beyond).
-    pub max_sessions: usize,
-    /// Most MCP sessions one principal may have open at once (429 beyond).
-    pub max_sessions_per_principal: usize,
     /// How long an MCP session may stay unused before it is closed.
     pub session_idle: std::time::Duration,
     /// On SIGTERM, how long calls in flight may take to finish while new ones get 503.
@@ -270,8 +266,6 @@ impl Default for LimitsConfig {
             max_connections: 1024,
             header_timeout: std::time::Duration::from_secs(10),
             idle_timeout: std::time::Duration::from_secs(60),
-            max_sessions: 10_000,
-            max_sessions_per_principal: 100,
             session_idle: std::time::Duration::from_secs(300),
             shutdown_grace: std::time::Duration::from_secs(10),
         }
@@ -378,8 +372,6 @@ pub(crate) struct LimitsFile {
     pub max_connections: Option<i64>,
     pub header_timeout_s: Option<i64>,
     pub idle_timeout_s: Option<i64>,
-    pub max_sessions: Option<i64>,
-    pub max_sessions_per_principal: Option<i64>,
     pub session_idle_s: Option<i64>,
     pub shutdown_grace_s: Option<i64>,
 }
@@ -682,18 +674,6 @@ pub(crate) fn policy(
         1..=86_400,
         defaults.idle_timeout.as_secs(),
     ));
-    let max_sessions = ranged(
-        "max_sessions",
-        limits.max_sessions,
-        1..=10_000_000,
-        defaults.max_sessions as u64,
-    ) as usize;
-    let max_sessions_per_principal = ranged(
-        "max_sessions_per_principal",
-        limits.max_sessions_per_principal,
-        1..=10_000_000,
-        defaults.max_sessions_per_principal as u64,
-    ) as usize;
     let session_idle = seconds(ranged(
         "session_idle_s",
         limits.session_idle_s,
@@ -719,8 +699,6 @@ pub(crate) fn policy(
             max_connections,
             header_timeout,
             idle_timeout,
-            max_sessions,
-            max_sessions_per_principal,
             session_idle,
             shutdown_grace,
         },

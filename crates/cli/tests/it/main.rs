@@ -7,6 +7,7 @@ mod bad_input;
 mod cli;
 mod client_keys;
 mod clients;
+mod connections;
 mod drain;
 mod example;
 mod exposure;
