@@ -63,8 +63,11 @@ pub(crate) async fn serve(
         ),
         None => None,
     };
-    let gateway = start_gateway(gateway).await;
-    for server in gateway.upstreams().servers() {
+    // The HTTP listener answers at once; each server joins the catalog when it is ready, so
+    // one that hangs at start-up delays nobody but itself. A stdio client is answered once every
+    // server has settled, as before: many list the tools once, right after the handshake, and
+    // never look again however the list changes.
+    let settled = |server: &upstream::Server| {
         let status = server.status();
         match &status.state {
             upstream::ServerState::Failed { reason } => {
@@ -77,15 +80,25 @@ pub(crate) async fn serve(
                 "server ready"
             ),
         }
+    };
+    if stdio {
+        gateway.start(settled).await;
+    } else {
+        gateway.start_serving(settled);
     }
-    // Serve at once: the first search waits a little for the tool embeddings (see
-    // `Gateway::search`), while the handshake must not.
-    tracing::info!(tools = gateway.catalog().tools().len(), "catalog ready");
     let shutdown = CancellationToken::new();
-    tokio::spawn(signal_shutdown(shutdown.clone()));
+    let now = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone(), now.clone()));
     let served = match (listener, access) {
         (Some(listener), Some(access)) => {
-            gateway::serve_http_with(gateway.clone(), listener, access, shutdown.clone()).await
+            gateway::serve_http_with(
+                gateway.clone(),
+                listener,
+                access,
+                shutdown.clone(),
+                now.clone(),
+            )
+            .await
         }
         _ => gateway::serve_stdio(gateway.clone(), shutdown.clone()).await,
     };
@@ -95,7 +108,17 @@ pub(crate) async fn serve(
     served.map_err(Failure::from)
 }
 
-async fn signal_shutdown(token: CancellationToken) {
+/// The first SIGTERM or Ctrl-C fires `drain` (the HTTP listener drains its calls in flight),
+/// a second one `now` (stop at once).
+async fn signal_shutdown(drain: CancellationToken, now: CancellationToken) {
+    for token in [drain, now] {
+        next_signal().await;
+        tracing::info!("shutting down");
+        token.cancel();
+    }
+}
+
+async fn next_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -114,8 +137,6 @@ async fn signal_shutdown(token: CancellationToken) {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-    tracing::info!("shutting down");
-    token.cancel();
 }
 
 pub(crate) async fn search(
@@ -372,13 +393,50 @@ pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Resu
         .iter()
         .map(|s| s.status())
         .collect();
+    let held = held_counts(&gateway);
     if json {
-        println!("{}", serde_json::to_string_pretty(&statuses)?);
+        let rows: Vec<serde_json::Value> = statuses
+            .iter()
+            .map(|status| {
+                let mut row = serde_json::to_value(status).unwrap_or_default();
+                row["held"] = held.get(&status.name).copied().unwrap_or(0).into();
+                row
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{}", render::servers_table(&statuses));
+        println!("{}", render::servers_table(&statuses, &held));
     }
     gateway.shutdown().await;
-    Ok(())
+    let failed: Vec<&str> = statuses
+        .iter()
+        .filter(|status| {
+            matches!(
+                status.state,
+                upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
+            )
+        })
+        .map(|status| status.name.as_str())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::from(anyhow!(
+            "{} of {} servers failed: {}",
+            failed.len(),
+            statuses.len(),
+            failed.join(", ")
+        )))
+    }
+}
+
+/// How many tools of each server are held for approval (tool pinning), by server name.
+fn held_counts(gateway: &Gateway) -> std::collections::HashMap<String, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for tool in gateway.held_tools().iter() {
+        *counts.entry(tool.server.to_string()).or_default() += 1;
+    }
+    counts
 }
 
 pub(crate) fn config_check(config_path: Option<&Path>) -> Result<(), Failure> {

@@ -298,10 +298,12 @@ fn quiet_candle_pool() {
 fn main() -> ExitCode {
     quiet_candle_pool();
     let cli = Cli::parse();
-    // rmcp logs whole handshake payloads at info; keep them for `--log rmcp=debug`.
+    // rmcp logs whole handshake payloads at info; keep them for `--log rmcp=debug`. A one-shot
+    // command reports a server's failure itself, in its own words: rmcp's HTTP client worker
+    // would print it first as a raw `ERROR worker quit with fatal: ...` line.
     let default_level = match cli.command {
         Command::Serve { .. } => "info,rmcp=warn",
-        _ => "warn,rmcp=error",
+        _ => "warn,rmcp=error,rmcp::transport::worker=off",
     };
     init_logging(cli.log.as_deref(), default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

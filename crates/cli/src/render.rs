@@ -21,9 +21,11 @@ pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
 pub(crate) fn state_word(status: &upstream::ServerStatus) -> &'static str {
     match status.state {
         upstream::ServerState::Idle => "idle",
+        upstream::ServerState::Starting => "starting",
         upstream::ServerState::Connecting => "connecting",
         upstream::ServerState::Ready => "ready",
         upstream::ServerState::Failed { .. } => "failed",
+        upstream::ServerState::Unresponsive { .. } => "unresponsive",
     }
 }
 
@@ -68,18 +70,35 @@ pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {
     table
 }
 
-pub(crate) fn servers_table(statuses: &[upstream::ServerStatus]) -> Table {
+/// `held`: how many tools of each server are held for approval, by name.
+pub(crate) fn servers_table(
+    statuses: &[upstream::ServerStatus],
+    held: &std::collections::HashMap<String, usize>,
+) -> Table {
     let mut table = table();
     table.set_header(["server", "state", "era", "protocol", "tools", "detail"]);
     for status in statuses {
-        let detail = match &status.state {
-            upstream::ServerState::Failed { reason } => reason.clone(),
+        let mut detail = match &status.state {
+            upstream::ServerState::Failed { reason }
+            | upstream::ServerState::Unresponsive { reason } => reason.clone(),
             _ => status
                 .server_name
                 .as_ref()
                 .map(|n| format!("{n} {}", status.server_version.clone().unwrap_or_default()))
                 .unwrap_or_default(),
         };
+        match held.get(&status.name).copied().unwrap_or(0) {
+            0 => {}
+            n => {
+                if !detail.is_empty() {
+                    detail.push_str("; ");
+                }
+                let tools = if n == 1 { "tool" } else { "tools" };
+                detail.push_str(&format!(
+                    "{n} {tools} held for approval (see `mcpgw tools held`)"
+                ));
+            }
+        }
         table.add_row([
             status.name.clone(),
             state_word(status).to_owned(),

@@ -125,6 +125,10 @@ pub(crate) struct ServerFile {
     pub timeout_s: Option<i64>,
     /// Seconds between background re-listings; `0` turns them off.
     pub refresh_s: Option<i64>,
+    /// Seconds between liveness pings; `0` turns them off.
+    pub ping_s: Option<i64>,
+    /// Unanswered pings in a row after which the server is restarted.
+    pub ping_misses: Option<i64>,
     pub enabled: Option<bool>,
     pub transport: Option<TransportFile>,
     pub auth: Option<AuthFile>,
@@ -309,7 +313,7 @@ mod tests {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
             expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `refresh_s`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
+                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `refresh_s`, `ping_s`, `ping_misses`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
             ],
         );
     }

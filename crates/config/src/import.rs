@@ -264,6 +264,8 @@ impl Mapper {
             description: e.description,
             timeout_s: None,
             refresh_s: None,
+            ping_s: None,
+            ping_misses: None,
             enabled: e.disabled.then_some(false),
             transport: Some(transport),
             auth,

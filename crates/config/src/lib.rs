@@ -42,7 +42,7 @@ pub use crate::policy::{
     DEFAULT_JWT_ALGORITHMS, JwtConfig, LimitsConfig, Pattern, PolicyConfig, Profile,
 };
 pub use crate::server::{
-    HttpTransport, MAX_SERVER_NAME_LEN, ServerConfig, ServerName, StdioTransport, Transport,
+    HttpTransport, MAX_SERVER_NAME_LEN, Ping, ServerConfig, ServerName, StdioTransport, Transport,
 };
 pub use crate::value::Value;
 

@@ -240,6 +240,17 @@ pub struct LimitsConfig {
     /// Tool calls per minute per principal, unless its profile says otherwise. `None`: no
     /// limit.
     pub calls_per_minute: Option<u32>,
+    /// Most HTTP connections open at once; beyond it a new connection is answered 503 and
+    /// closed.
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers.
+    pub header_timeout: std::time::Duration,
+    /// How long an idle keep-alive connection stays open.
+    pub idle_timeout: std::time::Duration,
+    /// How long an MCP session may stay unused before it is closed.
+    pub session_idle: std::time::Duration,
+    /// On SIGTERM, how long calls in flight may take to finish while new ones get 503.
+    pub shutdown_grace: std::time::Duration,
 }
 
 pub const DEFAULT_BODY_BYTES: usize = 5 * 1024 * 1024;
@@ -252,6 +263,11 @@ impl Default for LimitsConfig {
             image_bytes: 10 * 1024 * 1024,
             images_per_result: 5,
             calls_per_minute: None,
+            max_connections: 1024,
+            header_timeout: std::time::Duration::from_secs(10),
+            idle_timeout: std::time::Duration::from_secs(60),
+            session_idle: std::time::Duration::from_secs(300),
+            shutdown_grace: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -353,6 +369,11 @@ pub(crate) struct LimitsFile {
     pub image_bytes: Option<i64>,
     pub images_per_result: Option<i64>,
     pub calls_per_minute: Option<i64>,
+    pub max_connections: Option<i64>,
+    pub header_timeout_s: Option<i64>,
+    pub idle_timeout_s: Option<i64>,
+    pub session_idle_s: Option<i64>,
+    pub shutdown_grace_s: Option<i64>,
 }
 
 // ---- validation ----
@@ -620,6 +641,51 @@ pub(crate) fn policy(
             None
         }
     };
+    let mut ranged = |name: &str,
+                      value: Option<i64>,
+                      range: std::ops::RangeInclusive<i64>,
+                      default: u64| match value {
+        None => default,
+        Some(n) if range.contains(&n) => n as u64,
+        Some(n) => {
+            problems.push(Problem::new(
+                format!("limits.{name}"),
+                format!("{n} is out of range {}..={}", range.start(), range.end()),
+            ));
+            default
+        }
+    };
+    let seconds = |s: u64| std::time::Duration::from_secs(s);
+    let max_connections = ranged(
+        "max_connections",
+        limits.max_connections,
+        1..=1_000_000,
+        defaults.max_connections as u64,
+    ) as usize;
+    let header_timeout = seconds(ranged(
+        "header_timeout_s",
+        limits.header_timeout_s,
+        1..=3600,
+        defaults.header_timeout.as_secs(),
+    ));
+    let idle_timeout = seconds(ranged(
+        "idle_timeout_s",
+        limits.idle_timeout_s,
+        1..=86_400,
+        defaults.idle_timeout.as_secs(),
+    ));
+    let session_idle = seconds(ranged(
+        "session_idle_s",
+        limits.session_idle_s,
+        10..=86_400,
+        defaults.session_idle.as_secs(),
+    ));
+    let shutdown_grace = seconds(ranged(
+        "shutdown_grace_s",
+        limits.shutdown_grace_s,
+        0..=3600,
+        defaults.shutdown_grace.as_secs(),
+    ));
     PolicyConfig {
         profiles: resolved,
         default_profile,
@@ -630,6 +696,11 @@ pub(crate) fn policy(
             image_bytes,
             images_per_result,
             calls_per_minute,
+            max_connections,
+            header_timeout,
+            idle_timeout,
+            session_idle,
+            shutdown_grace,
         },
     }
 }

@@ -134,6 +134,13 @@ impl Borrow<str> for ServerName {
     }
 }
 
+/// `ping_s` and `ping_misses` of one server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ping {
+    pub every: Duration,
+    pub misses: u32,
+}
+
 /// One upstream MCP server.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
@@ -145,6 +152,10 @@ pub struct ServerConfig {
     /// How often the tool list is fetched again in the background, for servers that never
     /// announce changes; `None` (`refresh_s = 0`) never. Default one hour.
     pub refresh: Option<Duration>,
+    /// Liveness: how often a server with calls in flight is sent `ping` (one idle for long is
+    /// pinged at a quarter of that rate), and how many unanswered pings in a row mark it
+    /// unresponsive and restart it. `None` (`ping_s = 0`) never. Default every 15 s, 3 misses.
+    pub ping: Option<Ping>,
     pub transport: Transport,
     /// Always [`Auth::None`] for stdio servers, which get credentials through `env`.
     pub auth: Auth,

@@ -30,6 +30,10 @@ pub(crate) const MAX_TIMEOUT_S: u64 = 300;
 /// Background re-listing of a server's tools: every hour unless configured; `0` is off.
 pub(crate) const DEFAULT_REFRESH_S: u64 = 3600;
 pub(crate) const MIN_REFRESH_S: u64 = 10;
+pub(crate) const DEFAULT_PING_S: u64 = 15;
+pub(crate) const MAX_PING_S: u64 = 3600;
+pub(crate) const DEFAULT_PING_MISSES: u32 = 3;
+pub(crate) const MAX_PING_MISSES: u32 = 100;
 pub(crate) const MAX_REFRESH_S: u64 = 7 * 24 * 3600;
 /// `[audit]` bounds past which a value is a typo rather than a policy: a century of rows, a
 /// billion rows (some 180 GB of database).
@@ -517,6 +521,46 @@ impl Validator {
             }
         };
 
+        let ping_s = server.ping_s.unwrap_or(DEFAULT_PING_S as i64);
+        let ping_misses = server.ping_misses.unwrap_or(i64::from(DEFAULT_PING_MISSES));
+        let misses =
+            match u32::try_from(ping_misses) {
+                Ok(n @ 1..=MAX_PING_MISSES) => Some(n),
+                _ => {
+                    self.problems.push(
+                    Problem::new(
+                        format!("{path}.ping_misses"),
+                        format!(
+                            "ping_misses must be between 1 and {MAX_PING_MISSES}, got {ping_misses}"
+                        ),
+                    )
+                    .hint(format!("leave it out for the default of {DEFAULT_PING_MISSES}")),
+                );
+                    None
+                }
+            };
+        let ping = match u64::try_from(ping_s) {
+            Ok(0) => Some(None),
+            Ok(secs @ 1..=MAX_PING_S) => misses.map(|misses| {
+                Some(crate::Ping {
+                    every: Duration::from_secs(secs),
+                    misses,
+                })
+            }),
+            _ => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{path}.ping_s"),
+                        format!(
+                            "ping_s must be 0 (off) or between 1 and {MAX_PING_S} seconds, got {ping_s}"
+                        ),
+                    )
+                    .hint(format!("leave it out for the default of {DEFAULT_PING_S}")),
+                );
+                None
+            }
+        };
+
         let label = name
             .as_ref()
             .map_or("SERVER", ServerName::as_str)
@@ -562,6 +606,7 @@ impl Validator {
             enabled: server.enabled.unwrap_or(true),
             timeout: timeout?,
             refresh: refresh?,
+            ping: ping?,
             transport: transport?,
             auth,
             allow_private_network: server.allow_private_network.unwrap_or(false),

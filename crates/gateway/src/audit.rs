@@ -320,6 +320,11 @@ pub fn upstream_error_summary(error: &UpstreamError) -> String {
         UpstreamError::TooManyPrincipals { .. } => {
             "the server has sessions for as many principals as it keeps".to_owned()
         }
+        UpstreamError::Unresponsive { .. } => {
+            "the server stopped answering pings and is being restarted".to_owned()
+        }
+        // Never the child's stderr: it may hold anything.
+        UpstreamError::Child { cause, .. } => upstream_error_summary(cause),
     }
 }
 

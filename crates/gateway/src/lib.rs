@@ -128,6 +128,10 @@ pub struct Found {
     /// Set when the search ran with less than the configured strategy, and why.
     pub degraded: Option<String>,
     pub strategy: catalog::Strategy,
+    /// Servers still making their first connection: their tools are not in the catalog yet.
+    pub starting: Vec<String>,
+    /// Tools of the searched servers held for approval (pinning): not in the catalog either.
+    pub held: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -204,25 +208,91 @@ impl Gateway {
     /// each server as it settles. The embedder loads while the servers connect. Tool
     /// embeddings are computed in the background: with thousands of new tools they take
     /// minutes, and BM25 serves meanwhile (searches say "tool embeddings not ready").
-    /// [`Gateway::embedded`] waits for them.
+    /// [`Gateway::embedded`] waits for them. For one-shot commands, which want every server.
     pub async fn start(self: &Arc<Self>, on_settled: impl Fn(&upstream::Server) + Send + Sync) {
-        let semantic = async {
-            Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
-                .await
-                .map(Arc::new)
-        };
-        let (semantic, ()) = tokio::join!(semantic, self.upstreams.connect_all(on_settled));
-        let _ = self.semantic.set(semantic);
-        let (published, lexical) = tokio::sync::oneshot::channel();
+        self.start_with(on_settled, false).await
+    }
+
+    /// Starts the gateway for serving: returns at once, with every server `starting`; each
+    /// server joins the catalog as soon as it is ready (a new catalog is published and clients
+    /// are told the tool list changed), so one that hangs at start-up holds back nobody but
+    /// itself. `on_settled` reports each server as it settles.
+    pub fn start_serving(
+        self: &Arc<Self>,
+        on_settled: impl Fn(&upstream::Server) + Send + Sync + 'static,
+    ) {
+        self.upstreams.mark_starting();
         let gateway = Arc::clone(self);
-        tokio::spawn(async move { gateway.refresh(Some(published)).await });
-        // The sender is dropped unsent only if the refresh task died; start returns anyway.
-        let _ = lexical.await;
+        tokio::spawn(async move { gateway.start_with(on_settled, true).await });
+    }
+
+    /// [`Gateway::start`]; `incremental`: publish a catalog as each server becomes ready and
+    /// once the embedder is loaded, rather than once when all have settled.
+    async fn start_with(
+        self: &Arc<Self>,
+        on_settled: impl Fn(&upstream::Server) + Send + Sync,
+        incremental: bool,
+    ) {
         tokio::spawn(retry_failed(Arc::downgrade(self)));
+        tokio::spawn(supervise(Arc::downgrade(self)));
         tokio::spawn(close_idle_sessions(Arc::downgrade(self)));
         tokio::spawn(refresh_periodically(Arc::downgrade(self)));
         tokio::spawn(pinning::watch_approvals(Arc::downgrade(self)));
         tokio::spawn(audit::prune_periodically(Arc::downgrade(self)));
+        let semantic = async {
+            let semantic =
+                Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
+                    .await
+                    .map(Arc::new);
+            let loaded = semantic.is_some();
+            let _ = self.semantic.set(semantic);
+            if incremental && loaded {
+                let gateway = Arc::clone(self);
+                tokio::spawn(async move { gateway.refresh_catalog().await });
+            }
+        };
+        let on_settled = &on_settled;
+        let connect_all =
+            futures::future::join_all(self.upstreams.servers().iter().map(|server| async move {
+                // A failure is recorded in the server's state, never returned, so one dead
+                // server cannot fail the others.
+                let ready = server.refresh_tools().await.is_ok();
+                if incremental && ready {
+                    self.publish_lexical().await;
+                }
+                server.mark_started();
+                on_settled(server);
+            }));
+        tokio::join!(semantic, connect_all);
+        self.publish_lexical().await;
+    }
+
+    /// Starts a catalog refresh and waits until its lexical catalog is published (its
+    /// embedding goes on in the background).
+    async fn publish_lexical(self: &Arc<Self>) {
+        let (published, lexical) = tokio::sync::oneshot::channel();
+        let gateway = Arc::clone(self);
+        tokio::spawn(async move { gateway.refresh(Some(published)).await });
+        // The sender is dropped unsent only if the refresh task died; go on anyway.
+        let _ = lexical.await;
+    }
+
+    /// How many tools are held for approval (pinning) on the servers `keep` lets through.
+    pub fn held_count(&self, keep: impl Fn(&str) -> bool) -> usize {
+        self.held_tools()
+            .iter()
+            .filter(|tool| keep(&tool.server))
+            .count()
+    }
+
+    /// The servers still making their first connection, in configuration order.
+    pub fn starting_servers(&self) -> Vec<String> {
+        self.upstreams
+            .servers()
+            .iter()
+            .filter(|server| matches!(server.status().state, upstream::ServerState::Starting))
+            .map(|server| server.name().to_owned())
+            .collect()
     }
 
     /// Waits until no catalog refresh is running, so the catalog carries tool vectors when
@@ -309,6 +379,14 @@ impl Gateway {
             hits: outcome.hits.iter().map(FoundTool::from_hit).collect(),
             degraded: degraded.or(outcome.degraded),
             strategy,
+            starting: self.starting_servers(),
+            held: self.held_count(|server| {
+                search
+                    .filter
+                    .servers
+                    .as_ref()
+                    .is_none_or(|servers| servers.iter().any(|s| s == server))
+            }),
         }
     }
 
@@ -518,7 +596,7 @@ impl Drop for RefreshRunning<'_> {
 }
 
 /// First and longest wait between reconnect attempts for a server that is down.
-const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_FIRST: Duration = Duration::from_secs(2);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// Reconnects servers that are down, with exponential backoff per server, so a server that was
@@ -537,7 +615,10 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
         };
         let now = Instant::now();
         for server in gateway.upstreams.servers() {
-            let failed = matches!(server.status().state, upstream::ServerState::Failed { .. });
+            let failed = matches!(
+                server.status().state,
+                upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
+            );
             if !failed {
                 next_try.remove(server.name());
                 continue;
@@ -558,6 +639,27 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
                     gateway.refresh_catalog().await;
                 }
             });
+        }
+    }
+}
+
+/// How often every server is supervised ([`upstream::Server::supervise`]): a child's exit is
+/// noticed within this, and pings are sent on their own schedule.
+const SUPERVISION_TICK: Duration = Duration::from_millis(250);
+
+/// Watches every shared server for a child that ended and for liveness (see
+/// [`upstream::Server::supervise`]). Ends with the gateway.
+async fn supervise(gateway: std::sync::Weak<Gateway>) {
+    // A scheduling tick, not a readiness wait.
+    let mut tick = tokio::time::interval(SUPERVISION_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        for server in gateway.upstreams.servers() {
+            server.supervise();
         }
     }
 }

@@ -152,6 +152,7 @@ impl Store {
                 source,
             })?;
         }
+        private_files(path);
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -238,5 +239,80 @@ impl Store {
             Some(base) => base.join("mcpgw/mcpgw.db"),
             None => PathBuf::from("mcpgw.db"),
         }
+    }
+}
+
+/// Makes the database file readable by its owner only (0600, like `secret.key`): it holds
+/// sealed tokens, client key hashes and the audit log. A new file is created so before SQLite
+/// opens it; SQLite gives its `-wal` and `-shm` files the database file's mode. An existing
+/// file (and its `-wal`, `-shm`) left more open by an older mcpgw is tightened. Failures are
+/// logged, not fatal: a read-only or foreign-owned file is the operator's to fix.
+fn private_files(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        if !path.exists() {
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path);
+            if let Err(error) = created
+                && error.kind() != std::io::ErrorKind::AlreadyExists
+            {
+                tracing::warn!(path = %path.display(), %error, "cannot create the database file");
+            }
+        }
+        let mut files = vec![path.to_owned()];
+        for suffix in ["-wal", "-shm", "-journal"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            files.push(name.into());
+        }
+        for file in files {
+            let Ok(metadata) = std::fs::metadata(&file) else {
+                continue;
+            };
+            if metadata.permissions().mode() & 0o077 != 0
+                && let Err(error) =
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            {
+                tracing::warn!(path = %file.display(), %error, "cannot make a database file private (0600)");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    fn mode(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn database_files_are_readable_by_their_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("mcpgw.db");
+        let store = Store::open(&path).await.expect("open");
+        store.add_client("alice").await.expect("write");
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.path().join(format!("mcpgw.db{suffix}"));
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
+        store.close().await;
+
+        // A database an older mcpgw left world-readable is tightened on open.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let store = Store::open(&path).await.expect("reopen");
+        assert_eq!(mode(&path), 0o600);
+        store.close().await;
     }
 }

@@ -66,7 +66,7 @@ use crate::{
         self, http_client,
         ordered::Counted,
         sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
-        stdio,
+        stdio::{self, ChildWatch},
     },
 };
 
@@ -310,6 +310,7 @@ pub(crate) async fn connect(
     known_era: Option<Era>,
     oauth: Option<&AuthorizedClient>,
     max_response_bytes: usize,
+    child: &mut Option<ChildWatch>,
 ) -> Result<Connected, UpstreamError> {
     let lifecycle = match known_era {
         Some(Era::Modern) => ClientLifecycleMode::Discover {
@@ -333,6 +334,7 @@ pub(crate) async fn connect(
         lifecycle,
         oauth,
         max_response_bytes,
+        child,
     )
     .await
     {
@@ -345,6 +347,7 @@ pub(crate) async fn connect(
                 ClientLifecycleMode::Initialize,
                 oauth,
                 max_response_bytes,
+                child,
             )
             .await
         }
@@ -359,6 +362,7 @@ async fn connect_with(
     lifecycle: ClientLifecycleMode,
     oauth: Option<&AuthorizedClient>,
     max_response_bytes: usize,
+    child: &mut Option<ChildWatch>,
 ) -> Result<Connected, UpstreamError> {
     let server = config.name.to_string();
     let backlog = handler.calls.backlog.clone();
@@ -373,8 +377,9 @@ async fn connect_with(
     }
     let session = match &config.transport {
         config::Transport::Stdio(stdio_config) => {
-            let child = Counted::new(stdio::spawn(&server, stdio_config)?, backlog);
-            serve_client_with_lifecycle(handler, child, lifecycle).await
+            let spawned = stdio::spawn(&server, stdio_config)?;
+            *child = Some(spawned.watch());
+            serve_client_with_lifecycle(handler, Counted::new(spawned, backlog), lifecycle).await
         }
         config::Transport::Http(http_config) => {
             let headers = request_headers(config, http_config)?;
@@ -1012,7 +1017,17 @@ mod tests {
             updates: tokio::sync::broadcast::channel(1).0,
         };
         let handler = UpstreamClient::new(server.name.to_string(), "local".to_owned(), events);
-        match connect(&server, &policy, handler, None, None, 1024 * 1024).await {
+        match connect(
+            &server,
+            &policy,
+            handler,
+            None,
+            None,
+            1024 * 1024,
+            &mut None,
+        )
+        .await
+        {
             Ok(_) => panic!("connected"),
             Err(error) => error,
         }

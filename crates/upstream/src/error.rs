@@ -82,6 +82,17 @@ pub enum UpstreamError {
         "server '{server}' already has sessions for {limit} principals, the most it keeps; try again in a few minutes"
     )]
     TooManyPrincipals { server: String, limit: usize },
+    /// A stdio server stopped answering `ping` (SIGSTOPped, deadlocked, swapping): mcpgw ended
+    /// its process group and starts it again. `reason` says how many pings went unanswered.
+    #[error("server '{server}' is unresponsive: {reason}; mcpgw is restarting it")]
+    Unresponsive { server: String, reason: String },
+    /// `cause`, with what the stdio child adds to it: how it ended and the end of its stderr
+    /// (scrubbed), e.g. a Python server's `ModuleNotFoundError` and `exit status 1`.
+    #[error("{cause}; {words}")]
+    Child {
+        cause: Box<UpstreamError>,
+        words: String,
+    },
 }
 
 /// `1.0 MiB`, `64.0 KiB`, `512 bytes`.
@@ -110,14 +121,25 @@ impl UpstreamError {
     /// True when the failure means the session itself is gone, so that a new session could serve
     /// the request (child exited, transport closed, session id unknown to the server).
     pub(crate) fn session_lost(&self) -> bool {
-        matches!(self, UpstreamError::Closed { .. })
+        match self {
+            UpstreamError::Child { cause, .. } => cause.session_lost(),
+            other => matches!(other, UpstreamError::Closed { .. }),
+        }
+    }
+
+    /// The error without what a stdio child added to it ([`UpstreamError::Child`]).
+    pub fn cause(&self) -> &UpstreamError {
+        match self {
+            UpstreamError::Child { cause, .. } => cause.cause(),
+            other => other,
+        }
     }
 
     /// True when the server refused mcpgw's credentials, or mcpgw has none it can send: the
     /// server is unusable until that changes, whatever the state of the session.
     pub fn is_auth_failure(&self) -> bool {
         matches!(
-            self,
+            self.cause(),
             UpstreamError::CredentialsRejected { .. }
                 | UpstreamError::CredentialsMissing { .. }
                 | UpstreamError::OAuthRequired { .. }

@@ -289,6 +289,14 @@ impl Upstreams {
         closed
     }
 
+    /// Marks every server that never connected `starting`, before [`Upstreams::connect_all`]
+    /// runs in the background.
+    pub fn mark_starting(&self) {
+        for server in &self.servers {
+            server.mark_starting();
+        }
+    }
+
     /// Connects every server concurrently and fetches its tool list. Returns when each server is
     /// ready or has failed (each bounded by its own timeout); failures are recorded in the
     /// server's state, never returned, so one dead server cannot fail the others.

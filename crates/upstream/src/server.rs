@@ -24,6 +24,7 @@ use crate::{
         AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthError, OAuthSettings, OAuthStore,
         ServerCredentials,
     },
+    transport::stdio::ChildWatch,
 };
 
 mod lists;
@@ -62,9 +63,17 @@ pub enum Era {
 pub enum ServerState {
     /// Never connected yet.
     Idle,
+    /// The gateway is making its first connection at start-up; its tools join the catalog
+    /// when it is ready.
+    Starting,
     Connecting,
     Ready,
     Failed {
+        reason: String,
+    },
+    /// It stopped answering `ping` (see `supervise`): its process was ended and it is being
+    /// restarted; calls waiting on it failed with this reason.
+    Unresponsive {
         reason: String,
     },
 }
@@ -89,6 +98,18 @@ pub struct ServerStatus {
 struct Live {
     session: Arc<Session>,
     oversized: Option<crate::transport::sse::Oversized>,
+    /// The stdio child behind the session.
+    child: Option<ChildWatch>,
+}
+
+/// The liveness pings of the live session (see [`Server::supervise`]).
+struct Liveness {
+    /// When the last ping was sent.
+    last: Instant,
+    /// Pings in a row that went unanswered.
+    missed: u32,
+    /// Whether a ping is waiting for its answer now.
+    pinging: bool,
 }
 
 /// Requests running now, and when the last one started or ended: what the idle sweep of
@@ -126,6 +147,10 @@ pub struct Server {
     /// The resources subscribed to (see `subscriptions`).
     subscriptions: Mutex<Subscriptions>,
     activity: Mutex<Activity>,
+    liveness: Mutex<Liveness>,
+    /// The last stdio child started, kept after its session is gone so that errors can say how
+    /// it ended and what it wrote to stderr.
+    child: Mutex<Option<ChildWatch>>,
 }
 
 impl Server {
@@ -166,6 +191,12 @@ impl Server {
                 busy: 0,
                 last: Instant::now(),
             }),
+            liveness: Mutex::new(Liveness {
+                last: Instant::now(),
+                missed: 0,
+                pinging: false,
+            }),
+            child: Mutex::new(None),
         }
     }
 
@@ -192,6 +223,25 @@ impl Server {
 
     pub fn status(&self) -> ServerStatus {
         lock(&self.status).clone()
+    }
+
+    /// Ends `starting`: the server is `ready` if it connected (its tools are in the catalog);
+    /// a failed one stays failed.
+    pub fn mark_started(&self) {
+        let mut status = lock(&self.status);
+        if status.state == ServerState::Starting {
+            status.state = ServerState::Ready;
+            status.last_change = Some(SystemTime::now());
+        }
+    }
+
+    /// Marks a server that never connected as `starting` (the gateway's first connect is on
+    /// its way).
+    pub(crate) fn mark_starting(&self) {
+        let mut status = lock(&self.status);
+        if status.state == ServerState::Idle {
+            status.state = ServerState::Starting;
+        }
     }
 
     /// The last tool list fetched successfully, raw as the server sent it. Kept while the server
@@ -394,6 +444,7 @@ impl Server {
                 }
                 other => other,
             });
+            let outcome = outcome.map_err(|error| self.explain_lost(error));
             match outcome {
                 Err(error) if error.session_lost() && !retried => {
                     self.drop_session(&session).await;
@@ -443,10 +494,15 @@ impl Server {
         if let Some(stale) = stale {
             close_session(stale.session).await;
         }
-        self.set_state(ServerState::Connecting);
+        // A first connection at start-up stays `starting`, so `/healthz` can tell it from a
+        // reconnect.
+        if lock(&self.status).state != ServerState::Starting {
+            self.set_state(ServerState::Connecting);
+        }
         let started = Instant::now();
         let known_era = lock(&self.status).era;
         let timeout = self.config.timeout;
+        let mut spawned = None;
         let connecting = async {
             let oauth = self.authorized_client().await?;
             connect::connect(
@@ -456,6 +512,7 @@ impl Server {
                 known_era,
                 oauth.as_ref(),
                 self.max_response_bytes,
+                &mut spawned,
             )
             .await
         };
@@ -467,9 +524,13 @@ impl Server {
                     after: timeout,
                 })
             });
+        if spawned.is_some() {
+            lock(&self.child).clone_from(&spawned);
+        }
         let connected: Connected = match result {
             Ok(connected) => connected,
             Err(error) => {
+                let error = with_child_words(error, spawned.as_ref()).await;
                 self.set_state(ServerState::Failed {
                     reason: error.to_string(),
                 });
@@ -479,7 +540,12 @@ impl Server {
         let session = Arc::new(connected.session);
         {
             let mut status = lock(&self.status);
-            status.state = ServerState::Ready;
+            // A server starting with the gateway is `ready` once its tools are published
+            // (`Server::mark_started`), so `/healthz` never says ready before search can
+            // find it.
+            if status.state != ServerState::Starting {
+                status.state = ServerState::Ready;
+            }
             status.era = Some(connected.era);
             status.protocol_version = Some(connected.protocol_version);
             status.server_name = connected.server_name;
@@ -499,7 +565,13 @@ impl Server {
         *lock(&self.live) = Some(Live {
             session: session.clone(),
             oversized: connected.oversized,
+            child: spawned,
         });
+        *lock(&self.liveness) = Liveness {
+            last: Instant::now(),
+            missed: 0,
+            pinging: false,
+        };
         self.resubscribe(&session);
         Ok(session)
     }
@@ -562,9 +634,14 @@ impl Server {
             }
         };
         if let Some(taken) = taken {
-            self.set_state(ServerState::Failed {
-                reason: "connection lost".to_owned(),
-            });
+            // An unresponsive server keeps saying so until it is back.
+            if !matches!(lock(&self.status).state, ServerState::Unresponsive { .. }) {
+                let reason = match taken.child.as_ref().and_then(ChildWatch::words) {
+                    Some(words) => format!("connection lost; {words}"),
+                    None => "connection lost".to_owned(),
+                };
+                self.set_state(ServerState::Failed { reason });
+            }
             close_session(taken.session).await;
         }
     }
@@ -575,6 +652,170 @@ impl Server {
             Arc::ptr_eq(&live.session, session)
                 && live.oversized.as_ref().is_some_and(|o| o.happened())
         })
+    }
+
+    /// A lost session's error, saying why it was lost when that is known: the server was found
+    /// unresponsive (and is being restarted), or its process ended (how, and the end of its
+    /// stderr).
+    fn explain_lost(&self, error: UpstreamError) -> UpstreamError {
+        if !error.session_lost() {
+            return error;
+        }
+        if let ServerState::Unresponsive { reason } = &lock(&self.status).state {
+            return UpstreamError::Unresponsive {
+                server: self.name().to_owned(),
+                reason: reason.clone(),
+            };
+        }
+        let child = lock(&self.child).clone();
+        match child.filter(|child| child.exit().is_some()) {
+            Some(child) => match child.words() {
+                Some(words) => UpstreamError::Child {
+                    cause: Box::new(error),
+                    words,
+                },
+                None => error,
+            },
+            None => error,
+        }
+    }
+
+    /// One round of supervision, run about four times a second by the gateway: notices a stdio
+    /// child that has ended (logged at WARN with its exit status; the state says `failed` with
+    /// the end of its stderr, and the gateway's retry loop restarts it with backoff), and sends
+    /// a liveness `ping` when one is due: every `ping_s` while calls are in flight, every four
+    /// `ping_s` once the server has been idle that long. After `ping_misses` unanswered pings in
+    /// a row the server is `unresponsive`: its process group is killed, the calls waiting on it
+    /// fail at once with that reason, and it is restarted.
+    pub fn supervise(self: &Arc<Self>) {
+        let ended = {
+            let live = lock(&self.live);
+            live.as_ref()
+                .and_then(|live| live.child.as_ref())
+                .filter(|child| child.exit().is_some())
+                .cloned()
+        };
+        if let Some(child) = ended {
+            self.child_ended(&child);
+            return;
+        }
+        let Some(ping) = self.config.ping else {
+            return;
+        };
+        let Some(session) = self.current_open() else {
+            return;
+        };
+        let now = Instant::now();
+        let (busy, idle) = {
+            let activity = lock(&self.activity);
+            (
+                activity.busy > 0,
+                now.saturating_duration_since(activity.last),
+            )
+        };
+        let every = if busy { ping.every } else { ping.every * 4 };
+        {
+            let mut liveness = lock(&self.liveness);
+            if liveness.pinging
+                || now.saturating_duration_since(liveness.last) < every
+                || (!busy && idle < every)
+            {
+                return;
+            }
+            liveness.pinging = true;
+            liveness.last = now;
+        }
+        let server = Arc::clone(self);
+        tokio::spawn(async move { server.ping(session, ping).await });
+    }
+
+    /// Takes down the session of a stdio child that has ended, saying so.
+    fn child_ended(&self, child: &ChildWatch) {
+        let taken = {
+            let mut live = lock(&self.live);
+            match live.as_ref().and_then(|live| live.child.as_ref()) {
+                Some(current) if current.pid == child.pid => live.take(),
+                _ => None,
+            }
+        };
+        let Some(taken) = taken else {
+            return;
+        };
+        let exit = child.exit().unwrap_or_default();
+        let words = child
+            .words()
+            .unwrap_or_else(|| format!("the process ended with {exit}"));
+        tracing::warn!(
+            server = self.name(),
+            pid = child.pid,
+            %exit,
+            "stdio upstream exited; it is restarted with backoff"
+        );
+        self.set_state(ServerState::Failed {
+            reason: format!("the server process stopped: {words}"),
+        });
+        tokio::spawn(close_session(taken.session));
+    }
+
+    /// Sends one liveness ping on `session` and counts the answer (see [`Server::supervise`]).
+    async fn ping(&self, session: Arc<Session>, ping: config::Ping) {
+        // Anything the server sends meanwhile (progress, a log message) is a sign of life too.
+        let heard = self.handler.calls.backlog.received();
+        let request = ClientRequest::PingRequest(Default::default());
+        let answer = tokio::time::timeout(ping.every, session.peer().send_request(request)).await;
+        let alive = match answer {
+            // An error the server sent is an answer.
+            Ok(Ok(_)) | Ok(Err(ServiceError::McpError(_))) => true,
+            // The session ended meanwhile: not this check's business.
+            Ok(Err(_)) => {
+                lock(&self.liveness).pinging = false;
+                return;
+            }
+            Err(_) => self.handler.calls.backlog.received() != heard,
+        };
+        let missed = {
+            let mut liveness = lock(&self.liveness);
+            liveness.pinging = false;
+            liveness.missed = if alive { 0 } else { liveness.missed + 1 };
+            liveness.missed
+        };
+        if missed < ping.misses {
+            if missed > 0 {
+                tracing::info!(
+                    server = self.name(),
+                    missed,
+                    "upstream did not answer a ping"
+                );
+            }
+            return;
+        }
+        lock(&self.liveness).missed = 0;
+        let reason = format!(
+            "it did not answer {missed} pings in a row ({}s each)",
+            ping.every.as_secs_f32()
+        );
+        tracing::warn!(
+            server = self.name(),
+            %reason,
+            "upstream unresponsive; ending its process and restarting it"
+        );
+        let taken = {
+            let mut live = lock(&self.live);
+            match live.as_ref() {
+                Some(current) if Arc::ptr_eq(&current.session, &session) => live.take(),
+                _ => None,
+            }
+        };
+        self.set_state(ServerState::Unresponsive { reason });
+        drop(session);
+        if let Some(taken) = taken {
+            // A stopped process cannot read its stdin EOF: kill its group outright. Ending the
+            // session fails the calls waiting on it.
+            if let Some(child) = &taken.child {
+                child.kill();
+            }
+            close_session(taken.session).await;
+        }
     }
 
     fn set_state(&self, state: ServerState) {
@@ -779,6 +1020,29 @@ fn call_tool_response(result: ServerResult) -> Result<CallToolResponse, ServiceE
             .and_then(|value| serde_json::from_value::<CallToolResult>(value).ok())
             .map(CallToolResponse::Complete)
             .ok_or(ServiceError::UnexpectedResponse),
+    }
+}
+
+/// `error`, from a connect that started `child`, with what the child adds: how it ended (a
+/// crash on start-up is given a moment to finish ending) and the end of its stderr. A connect
+/// that timed out gives only the stderr: the child is killed because of the timeout.
+async fn with_child_words(error: UpstreamError, child: Option<&ChildWatch>) -> UpstreamError {
+    let Some(child) = child else {
+        return error;
+    };
+    let words = if matches!(error, UpstreamError::Timeout { .. }) {
+        let tail = child.stderr_tail();
+        (!tail.is_empty()).then(|| format!("the end of its stderr:\n{}", tail.join("\n")))
+    } else {
+        child.exited_within(Duration::from_millis(500)).await;
+        child.words()
+    };
+    match words {
+        Some(words) => UpstreamError::Child {
+            cause: Box::new(error),
+            words,
+        },
+        None => error,
     }
 }
 

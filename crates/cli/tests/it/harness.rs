@@ -283,9 +283,10 @@ impl Gateway {
         Self::start_with(config, filter, |_| {})
     }
 
-    /// [`Gateway::start_with_log`] with `setup` adjusting the command (its directory, its
-    /// environment) before it runs.
-    pub fn start_with(
+    /// `mcpgw serve` with the log filter `filter` and `setup` adjusting the command (its
+    /// directory, its environment) before it runs; returns once `/healthz` answers, whatever
+    /// the upstreams are doing.
+    pub fn start_listening(
         config: ConfigDir,
         filter: &str,
         setup: impl FnOnce(&mut Command),
@@ -311,6 +312,24 @@ impl Gateway {
         };
         wait_until("mcpgw to listen", Duration::from_secs(60), || {
             gateway.health().is_some()
+        });
+        gateway
+    }
+
+    /// [`Gateway::start_listening`], then waits (bounded) until no server is still making its
+    /// first connection: what most tests want before their first call.
+    pub fn start_with(
+        config: ConfigDir,
+        filter: &str,
+        setup: impl FnOnce(&mut Command),
+    ) -> Gateway {
+        let gateway = Self::start_listening(config, filter, setup);
+        wait_until("every upstream to settle", Duration::from_secs(90), || {
+            gateway.health().is_some_and(|health| {
+                health["servers"]
+                    .as_array()
+                    .is_some_and(|servers| servers.iter().all(|s| s["state"] != "starting"))
+            })
         });
         gateway
     }

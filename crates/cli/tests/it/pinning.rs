@@ -354,3 +354,39 @@ fn admin_endpoints_show_and_approve_held_tools_for_admins_only() {
     assert_eq!(held(Some(&boss)).1["held"], json!([]));
     assert_eq!(approve(&boss, "pinned__echo").0, 404);
 }
+
+#[test]
+fn held_tools_are_counted_in_healthz_servers_list_and_a_search_that_finds_nothing_else() {
+    let config = trusted_then_changed("", "");
+
+    let listed = stdout(&mcpgw_in(&config.path, &["servers", "list"]));
+    assert!(
+        listed.contains("1 tool held for approval (see `mcpgw tools held`)"),
+        "{listed}"
+    );
+    let rows: Vec<Value> =
+        serde_json::from_slice(&mcpgw_in(&config.path, &["servers", "list", "--json"]).stdout)
+            .expect("json");
+    assert_eq!(rows[0]["held"], 1, "{rows:?}");
+
+    let gateway = Gateway::start(config);
+    let health = gateway.health().expect("health");
+    assert_eq!(health["servers"][0]["state"], "ready", "{health}");
+    assert_eq!(health["servers"][0]["held"], 1, "{health}");
+
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([{"op": "call_tool", "name": "search_tools",
+                "arguments": {"query": "echo the message back"}}]),
+    );
+    let answer = &report["steps"][0];
+    let text = result_text(answer);
+    assert!(text.starts_with("No tools matched"), "{answer}");
+    assert!(
+        text.contains("1 tool is held for approval because its definition changed")
+            && text.contains("mcpgw tools approve NAME"),
+        "{answer}"
+    );
+    assert_eq!(answer["structuredContent"]["held"], 1, "{answer}");
+}

@@ -2,11 +2,12 @@
 //! request guard in front of every route (`guard`: Host, Origin, the admin routes' CSRF
 //! rules and admin token), who a request comes from (`client_auth`: client keys and, through
 //! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
-//! (`session_owner`), the admin routes (`admin`), and the data path's response shaping
-//! (`json_reply`).
+//! (`session_owner`), the admin routes (`admin`), the data path's response shaping
+//! (`json_reply`), and the graceful drain on shutdown (`drain`).
 
 pub(crate) mod admin;
 pub(crate) mod client_auth;
+pub(crate) mod drain;
 pub(crate) mod guard;
 pub(crate) mod json_reply;
 pub(crate) mod jwt;

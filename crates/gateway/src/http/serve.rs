@@ -4,10 +4,10 @@
 //! the admin routes' rules) in front of everything, client auth (`client_auth`), and on
 //! `/mcp` the session binding (`session_owner`), `Mcp-Param-*` checks and JSON replies.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use axum::{Json, Router, routing::get, serve::ListenerExt as _};
+use axum::{Json, Router, routing::get};
 use rmcp::{
     ServiceExt,
     transport::streamable_http_server::{
@@ -20,6 +20,7 @@ use crate::{
     Front, Gateway,
     http::{
         client_auth::{self, ClientAccess},
+        drain::{self, Drain},
         guard::{Guard, admin_token_path},
         session_owner::{self, Owners},
     },
@@ -41,27 +42,95 @@ pub async fn serve_stdio(gateway: Arc<Gateway>, shutdown: CancellationToken) -> 
 }
 
 /// Serves Streamable HTTP on `listener` until `shutdown` fires, with client auth as
-/// [`ClientAccess::decide`] rules (an error if the listener must not start).
+/// [`ClientAccess::decide`] rules (an error if the listener must not start). Stops at once,
+/// without a drain.
 pub async fn serve_http(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let access = ClientAccess::decide(&gateway, listener.local_addr()?).await?;
-    serve_http_with(gateway, listener, access, shutdown).await
+    let now = shutdown.child_token();
+    serve_http_with(gateway, listener, access, shutdown, now).await
 }
 
 /// [`serve_http`] with client auth already decided (the cli decides before connecting the
-/// upstreams, so a listener that must not start fails at once).
+/// upstreams, so a listener that must not start fails at once), and a drain: when `shutdown`
+/// fires, new MCP requests get 503 with `Retry-After` while those in flight finish, for at most
+/// `[limits] shutdown_grace_s`; `now` (a second signal) ends the drain at once.
+///
+/// Connections are served by hyper directly rather than `axum::serve`, which offers neither a
+/// connection cap nor a header-read timeout: at most `[limits] max_connections` are open at
+/// once (one more is answered 503 and closed, before any authentication), a connection has
+/// `header_timeout_s` to send each request's headers (hyper's timer runs whenever a request is
+/// awaited, so this also closes idle keep-alive connections; `idle_timeout_s` bounds them when
+/// longer header timeouts are configured), and `TCP_NODELAY` is set on every accepted socket.
 pub async fn serve_http_with(
     gateway: Arc<Gateway>,
     listener: tokio::net::TcpListener,
     access: ClientAccess,
     shutdown: CancellationToken,
+    now: CancellationToken,
 ) -> anyhow::Result<()> {
     let local: SocketAddr = listener.local_addr()?;
+    log_listening(&gateway, local, &access);
+    let limits = gateway.config().policy.limits.clone();
+    let sessions_end = CancellationToken::new();
+    let drain = Drain::default();
+    let app = app(gateway, local, access, &sessions_end, drain.clone());
+    let stop_accepting = CancellationToken::new();
+    // One permit per open connection: at most `max_connections`, and all of them back once
+    // every connection has closed.
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let accepting = tokio::spawn(accept(
+        listener,
+        app,
+        limits.clone(),
+        stop_accepting.clone(),
+        open.clone(),
+    ));
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = now.cancelled() => {}
+    }
+    if !now.is_cancelled() {
+        drain.begin();
+        tracing::info!(
+            in_flight = drain.in_flight(),
+            grace_s = limits.shutdown_grace.as_secs(),
+            "draining: new MCP requests get 503 while those in flight finish"
+        );
+        tokio::select! {
+            () = drain.idle() => tracing::info!("drained: no request in flight"),
+            () = tokio::time::sleep(limits.shutdown_grace) => tracing::warn!(
+                in_flight = drain.in_flight(),
+                "shutdown grace period over; ending the requests still in flight"
+            ),
+            () = now.cancelled() => tracing::warn!(
+                in_flight = drain.in_flight(),
+                "second signal; ending the requests still in flight"
+            ),
+        }
+    }
+    stop_accepting.cancel();
+    sessions_end.cancel();
+    let _ = accepting.await;
+    // Connections close once their last response is written; a client that does not read
+    // keeps nobody waiting for long.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(Duration::from_secs(2), open.acquire_many(all))
+        .await
+        .is_err()
+    {
+        tracing::debug!("connections still open after 2 s; dropping them");
+    }
+    Ok(())
+}
+
+/// Says where the listener serves and, on an open loopback listener, the admin token (printed
+/// so the operator can use the admin routes; the file has it for the CLI).
+fn log_listening(gateway: &Gateway, local: SocketAddr, access: &ClientAccess) {
     match access.admin_token() {
-        // Printed so the operator can use the admin routes; the file has it for the CLI.
         Some(token) => tracing::info!(
             %local,
             client_keys = "not required (loopback)",
@@ -75,20 +144,78 @@ pub async fn serve_http_with(
             "serving MCP over Streamable HTTP at http://{local}/mcp"
         ),
     }
-    let app = http_app(gateway, local, access, &shutdown);
-    // Every response is written as soon as it is ready: without TCP_NODELAY, Nagle holds the
-    // second small write of a response (an SSE body's next event, the chunked body's end)
-    // until the client's delayed ACK, about 40 ms on every call of a keep-alive client.
-    let listener = listener.tap_io(|stream| {
+}
+
+/// Accepts connections until `stop` fires, serving each in a task of its own that holds one
+/// permit of `open` (so at most `max_connections` at once).
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: config::LimitsConfig,
+    stop: CancellationToken,
+    open: Arc<tokio::sync::Semaphore>,
+) {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_timeout.min(limits.idle_timeout))
+        .keep_alive(true);
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of descriptors (EMFILE) and the like: let connections close first.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Every response is written as soon as it is ready: without TCP_NODELAY, Nagle holds
+        // the second small write of a response (an SSE body's next event, the chunked body's
+        // end) until the client's delayed ACK, about 40 ms on every call of a keep-alive
+        // client.
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "cannot set TCP_NODELAY on an accepted connection");
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
-        .context("HTTP server failed")?;
-    Ok(())
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let connection = http
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone())
+            .with_upgrades();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                    return;
+                }
+                () = stop.cancelled() => {}
+            }
+            // Idle keep-alive connections close now; one in the middle of a response finishes it.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+}
+
+/// Answers a connection beyond `max_connections` with 503 and closes it, without reading it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-type: application/json\r\ncontent-length: 84\r\nconnection: close\r\n\r\n{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32000,\"message\":\"too many connections\"}}";
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream.write_all(BUSY).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }
 
 /// The app [`serve_http_with`] serves for a listener bound to `local`, without the listener:
@@ -99,6 +226,17 @@ pub fn http_app(
     local: SocketAddr,
     access: ClientAccess,
     shutdown: &CancellationToken,
+) -> Router {
+    app(gateway, local, access, shutdown, Drain::default())
+}
+
+/// [`http_app`] with `drain` counting and, once it begins, refusing MCP requests.
+fn app(
+    gateway: Arc<Gateway>,
+    local: SocketAddr,
+    access: ClientAccess,
+    shutdown: &CancellationToken,
+    drain: Drain,
 ) -> Router {
     let logins = Arc::new(Logins::for_listener(local, gateway.config()));
     let factory_gateway = gateway.clone();
@@ -117,6 +255,8 @@ pub fn http_app(
     let mcp_config = mcp_config.disable_allowed_hosts();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
+    // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
+    sessions.session_config.keep_alive = Some(gateway.config().policy.limits.session_idle);
     let sessions = Arc::new(sessions);
     let owners = Arc::new(Owners::new(sessions.clone()));
     let service = StreamableHttpService::new(
@@ -125,6 +265,7 @@ pub fn http_app(
         mcp_config,
     );
     let health_gateway = gateway.clone();
+    let health_drain = drain.clone();
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
     let app = Router::new()
         .nest_service("/mcp", service)
@@ -141,6 +282,11 @@ pub fn http_app(
             owners,
             session_owner::bind,
         ))
+        // Outermost on `/mcp`: a request refused while draining costs nothing more.
+        .route_layer(axum::middleware::from_fn_with_state(
+            drain.clone(),
+            drain::layer,
+        ))
         .layer(axum::middleware::map_response(move |response| {
             transport_errors_as_json_rpc(response, request_bytes)
         }))
@@ -148,7 +294,13 @@ pub fn http_app(
             "/healthz",
             get(move || {
                 let gateway = health_gateway.clone();
-                async move { Json(health(&gateway)) }
+                let drain = health_drain.clone();
+                async move {
+                    let mut health = health(&gateway);
+                    health["in_flight"] = drain.in_flight().into();
+                    health["draining"] = drain.is_draining().into();
+                    Json(health)
+                }
             }),
         )
         .merge(login::routes(gateway.clone(), logins))
@@ -218,11 +370,21 @@ async fn transport_errors_as_json_rpc(
 }
 
 fn health(gateway: &Gateway) -> serde_json::Value {
+    let held = gateway.held_tools();
     let servers: Vec<_> = gateway
         .upstreams()
         .servers()
         .iter()
-        .map(|s| s.status())
+        .map(|server| {
+            let mut status = serde_json::to_value(server.status()).unwrap_or_default();
+            // Tools held for approval (pinning) are not in `tools`: say how many there are.
+            status["held"] = held
+                .iter()
+                .filter(|tool| tool.server == server.name())
+                .count()
+                .into();
+            status
+        })
         .collect();
     serde_json::json!({
         "tools": gateway.catalog().tools().len(),

@@ -81,7 +81,10 @@ impl Front {
             return crate::mcp::surface::search(&self.gateway, access, &known, &search, include)
                 .await;
         }
-        let found = self.gateway.search(&search).await;
+        let mut found = self.gateway.search(&search).await;
+        found
+            .starting
+            .retain(|server| access.permits_server(server));
         meta::render_search(&known, &search, &found)
     }
 

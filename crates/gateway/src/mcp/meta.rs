@@ -349,9 +349,31 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
             .collect::<Vec<_>>()
             .join("\n")
     };
+    let mut text = text;
+    if found.hits.is_empty() && found.held > 0 {
+        let (count, verb) = match found.held {
+            1 => ("1 tool is".to_owned(), "its definition"),
+            n => (format!("{n} tools are"), "their definitions"),
+        };
+        text.push_str(&format!(
+            "\n{count} held for approval because {verb} changed since first trusted, so not searchable. The operator can review them with `mcpgw tools held` and approve them with `mcpgw tools approve NAME`."
+        ));
+    }
+    if !found.starting.is_empty() {
+        text.push_str(&format!(
+            "\nStill starting, so not searched yet: {}. Their tools join when they are ready; search again in a moment.",
+            found.starting.join(", ")
+        ));
+    }
     let mut structured = json!({ "results": results, "strategy": found.strategy.as_str() });
     if let Some(reason) = &found.degraded {
         structured["degraded"] = json!(reason);
+    }
+    if !found.starting.is_empty() {
+        structured["starting"] = json!(found.starting);
+    }
+    if found.held > 0 {
+        structured["held"] = json!(found.held);
     }
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
     result.structured_content = Some(structured);

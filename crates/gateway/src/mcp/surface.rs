@@ -304,7 +304,21 @@ pub(crate) async fn search(
     include: meta::Include,
 ) -> CallToolResult {
     let found = match include.tools {
-        true => Some(gateway.search(search).await),
+        true => {
+            let mut found = gateway.search(search).await;
+            found
+                .starting
+                .retain(|server| access.permits_server(server));
+            found.held = gateway.held_count(|server| {
+                access.permits_server(server)
+                    && search
+                        .filter
+                        .servers
+                        .as_ref()
+                        .is_none_or(|servers| servers.iter().any(|s| s == server))
+            });
+            Some(found)
+        }
         false => None,
     };
     let surface = gateway.surface();

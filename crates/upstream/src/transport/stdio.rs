@@ -1,66 +1,469 @@
-//! Starting a stdio upstream: a child process in its own process group, stderr into the log.
+//! Starting a stdio upstream: a child process in its own process group, watched from start to
+//! end, its stderr into the log and the last of it kept for error messages.
 //!
 //! The process group matters because launchers (`npx`, `uvx`, shell wrappers) start the real
-//! server as a grandchild; killing only the direct child would leave it running. rmcp kills the
-//! whole group through process-wrap when the transport is dropped.
+//! server as a grandchild; ending only the direct child would leave it running. The group is
+//! ended when the session ends: stdin is closed (the MCP way to ask a stdio server to stop),
+//! then after [`STOP_GRACE`] SIGTERM, then after as long again SIGKILL, so a child that ignores
+//! stdin EOF still goes; when the transport is dropped without being closed, SIGKILL at once.
+//!
+//! rmcp's `TokioChildProcess` was rejected for this: it owns the child inside the transport, so
+//! nobody can learn when the child exits (only that its stdout ended) or with what status. Here
+//! a watcher task owns the child and publishes its exit ([`ChildWatch::exit`]) the moment it
+//! happens, which is how a crashed or killed server is noticed without waiting for a call.
 
-use std::process::Stdio;
+use std::{
+    collections::VecDeque,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use rmcp::transport::TokioChildProcess;
+use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop, ProcessGroup};
+use rmcp::{
+    RoleClient,
+    service::{RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::{Transport, async_rw::AsyncRwTransport},
+};
 use secrecy::ExposeSecret;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{ChildStdin, ChildStdout},
+    sync::watch,
+};
 
 use crate::UpstreamError;
 
 /// Longest stderr line kept in the log; the rest is cut so a noisy child cannot flood it.
 const MAX_STDERR_LINE: usize = 4096;
+/// The end of a child's stderr kept for error messages: at most this many lines...
+const TAIL_LINES: usize = 20;
+/// ...and this many bytes.
+const TAIL_BYTES: usize = 4096;
+/// How long a child has to exit after stdin is closed, and again after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// POSIX signal numbers (the same on every Unix mcpgw runs on); process-wrap signals the whole
+/// group with them.
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+
+/// What the watcher is asked to do to a child still running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Order {
+    Run,
+    Terminate,
+    Kill,
+}
+
+/// A stdio child as the rest of the crate sees it: its exit when it happens, the end of its
+/// stderr, and a way to end its process group. Clones share the child.
+#[derive(Clone)]
+pub(crate) struct ChildWatch {
+    pub(crate) pid: Option<u32>,
+    exit: watch::Receiver<Option<String>>,
+    order: Arc<watch::Sender<Order>>,
+    tail: Arc<StderrTail>,
+}
+
+impl ChildWatch {
+    /// How the child ended (`exit status 1`, `killed by signal 9 (SIGKILL)`), once it has.
+    pub(crate) fn exit(&self) -> Option<String> {
+        self.exit.borrow().clone()
+    }
+
+    /// Waits at most `limit` for the child to end; its exit, if it did.
+    pub(crate) async fn exited_within(&self, limit: Duration) -> Option<String> {
+        let mut exit = self.exit.clone();
+        let _ = tokio::time::timeout(limit, exit.wait_for(Option::is_some)).await;
+        self.exit()
+    }
+
+    /// Ends the child's process group now (SIGKILL).
+    pub(crate) fn kill(&self) {
+        self.order
+            .send_if_modified(|order| raise(order, Order::Kill));
+    }
+
+    /// The last lines of the child's stderr, secrets scrubbed; empty if it wrote none.
+    pub(crate) fn stderr_tail(&self) -> Vec<String> {
+        self.tail.lines()
+    }
+
+    /// What an error about this child should add: how it ended (or that it still runs) and the
+    /// end of its stderr. `None` when there is nothing to say.
+    pub(crate) fn words(&self) -> Option<String> {
+        let tail = self.stderr_tail();
+        let exit = self.exit();
+        if exit.is_none() && tail.is_empty() {
+            return None;
+        }
+        let mut words = match exit {
+            Some(exit) => format!("the process ended with {exit}"),
+            None => "the process is still running".to_owned(),
+        };
+        if !tail.is_empty() {
+            words.push_str("; the end of its stderr:\n");
+            words.push_str(&tail.join("\n"));
+        }
+        Some(words)
+    }
+}
+
+/// The transport over a child's stdin and stdout. Closing it stops the child politely (see the
+/// module docs); dropping it kills the child's group.
+pub(crate) struct StdioChild {
+    rw: AsyncRwTransport<RoleClient, ChildStdout, ChildStdin>,
+    watch: ChildWatch,
+}
+
+impl StdioChild {
+    pub(crate) fn watch(&self) -> ChildWatch {
+        self.watch.clone()
+    }
+}
+
+impl Drop for StdioChild {
+    fn drop(&mut self) {
+        self.watch.kill();
+    }
+}
+
+impl Transport<RoleClient> for StdioChild {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.rw.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.rw.receive()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // stdin EOF first: the MCP way to ask a stdio server to stop.
+        self.rw.close().await?;
+        for order in [Order::Terminate, Order::Kill] {
+            if self.watch.exited_within(STOP_GRACE).await.is_some() {
+                return Ok(());
+            }
+            self.watch
+                .order
+                .send_if_modified(|current| raise(current, order));
+        }
+        self.watch.exited_within(STOP_GRACE).await;
+        Ok(())
+    }
+}
+
+/// Raises `current` to `to` (never lowers it); whether it changed.
+fn raise(current: &mut Order, to: Order) -> bool {
+    if *current < to {
+        *current = to;
+        true
+    } else {
+        false
+    }
+}
 
 pub(crate) fn spawn(
     server: &str,
     config: &config::StdioTransport,
-) -> Result<TokioChildProcess, UpstreamError> {
+) -> Result<StdioChild, UpstreamError> {
     let mut command = tokio::process::Command::new(&config.command);
     command.args(&config.args);
+    let mut secrets = Vec::new();
     for (name, value) in &config.env {
         let secret = value.resolve().map_err(|e| UpstreamError::Secret {
             server: server.to_owned(),
             reason: e.to_string(),
         })?;
         command.env(name, secret.expose_secret());
+        // Any configured value may be a secret; the stderr tail never repeats one.
+        if secret.expose_secret().len() >= 4 {
+            secrets.push(secret.expose_secret().to_owned());
+        }
     }
     if let Some(cwd) = &config.cwd {
         command.current_dir(cwd);
     }
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-    let (child, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| UpstreamError::Spawn {
-            command: config.command.clone(),
-            reason: match e.kind() {
-                std::io::ErrorKind::NotFound => "command not found".to_owned(),
-                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-                _ => e.to_string(),
-            },
-        })?;
-    tracing::debug!(server, pid = child.id(), "started stdio upstream");
+    let mut child = wrapped.spawn().map_err(|e| UpstreamError::Spawn {
+        command: config.command.clone(),
+        reason: match e.kind() {
+            std::io::ErrorKind::NotFound => "command not found".to_owned(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            _ => e.to_string(),
+        },
+    })?;
+    let pid = child.id();
+    let pipes_missing = || UpstreamError::Spawn {
+        command: config.command.clone(),
+        reason: "its standard input or output could not be opened".to_owned(),
+    };
+    let stdin = child.stdin().take().ok_or_else(pipes_missing)?;
+    let stdout = child.stdout().take().ok_or_else(pipes_missing)?;
+    let stderr = child.stderr().take();
+    tracing::debug!(server, pid, "started stdio upstream");
+    let tail = Arc::new(StderrTail::new(secrets));
     if let Some(stderr) = stderr {
         let server = server.to_owned();
+        let tail = tail.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(mut line)) = lines.next_line().await {
-                if line.len() > MAX_STDERR_LINE {
-                    let mut cut = MAX_STDERR_LINE;
-                    while !line.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    line.truncate(cut);
-                }
+                cut(&mut line, MAX_STDERR_LINE);
+                tail.push(&line);
                 tracing::info!(target: "mcpgw::upstream::stderr", server = %server, "{line}");
             }
         });
     }
-    Ok(child)
+    let (exit_tx, exit) = watch::channel(None);
+    let (order_tx, order) = watch::channel(Order::Run);
+    tokio::spawn(watch_child(child, exit_tx, order));
+    Ok(StdioChild {
+        rw: AsyncRwTransport::new_client(stdout, stdin),
+        watch: ChildWatch {
+            pid,
+            exit,
+            order: Arc::new(order_tx),
+            tail,
+        },
+    })
+}
+
+/// Owns the child until it has ended and its group is gone: publishes the exit the moment the
+/// direct child ends, carries out orders to end it, and ends the rest of its group (a
+/// launcher's grandchild) when the direct child has gone.
+async fn watch_child(
+    mut child: Box<dyn ChildWrapper>,
+    exit: watch::Sender<Option<String>>,
+    mut order: watch::Receiver<Order>,
+) {
+    let status = loop {
+        // The direct child's own wait: the group's waits until every member has gone.
+        tokio::select! {
+            status = child.inner_mut().wait() => break status,
+            changed = order.changed() => {
+                // The transport is gone without a word (its sender dropped): end the group.
+                let now = if changed.is_err() { Order::Kill } else { *order.borrow_and_update() };
+                let signal = match now {
+                    Order::Run => continue,
+                    Order::Terminate => SIGTERM,
+                    Order::Kill => SIGKILL,
+                };
+                if let Err(error) = child.signal(signal) {
+                    tracing::debug!(%error, signal, "cannot signal a stdio upstream's group");
+                }
+                if changed.is_err() {
+                    break child.inner_mut().wait().await;
+                }
+            }
+        }
+    };
+    let words = match status {
+        Ok(status) => describe(status),
+        Err(error) => format!("an unknown status ({error})"),
+    };
+    let _ = exit.send(Some(words));
+    // Whatever else is left in the group goes with it; `wait` then reaps them all.
+    let _ = child.signal(SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// `exit status 1`, `killed by signal 9 (SIGKILL)`.
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    match status.signal() {
+        Some(signal) => {
+            let name = match signal {
+                1 => " (SIGHUP)",
+                2 => " (SIGINT)",
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            format!("killed by signal {signal}{name}")
+        }
+        None => status.to_string(),
+    }
+}
+
+/// Truncates `line` to at most `limit` bytes, on a character boundary.
+fn cut(line: &mut String, limit: usize) {
+    if line.len() > limit {
+        let mut end = limit;
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        line.truncate(end);
+    }
+}
+
+/// The last [`TAIL_LINES`] lines (at most [`TAIL_BYTES`]) of a child's stderr, scrubbed.
+///
+/// Scrubbed here rather than with `store::scrub_error`: upstream does not depend on the store,
+/// and a traceback needs its lines kept apart. The configured environment values are known
+/// exactly and removed wherever they appear; besides, the value after `Bearer` or after a
+/// `token=`/`key:`-style name, and long runs of key-like characters, are replaced.
+struct StderrTail {
+    secrets: Vec<String>,
+    lines: Mutex<VecDeque<String>>,
+}
+
+impl StderrTail {
+    fn new(secrets: Vec<String>) -> Self {
+        Self {
+            secrets,
+            lines: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn push(&self, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        let line = scrub(line, &self.secrets);
+        let mut lines = crate::lock(&self.lines);
+        lines.push_back(line);
+        while lines.len() > TAIL_LINES
+            || (lines.len() > 1 && lines.iter().map(String::len).sum::<usize>() > TAIL_BYTES)
+        {
+            lines.pop_front();
+        }
+        if let Some(only) = lines.front_mut() {
+            cut(only, TAIL_BYTES);
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        crate::lock(&self.lines).iter().cloned().collect()
+    }
+}
+
+const REDACTED: &str = "[redacted]";
+
+/// One stderr line with secrets replaced by `[redacted]`.
+fn scrub(line: &str, secrets: &[String]) -> String {
+    let mut line = line.to_owned();
+    for secret in secrets {
+        if line.contains(secret.as_str()) {
+            line = line.replace(secret.as_str(), REDACTED);
+        }
+    }
+    let mut out = Vec::new();
+    let mut after_bearer = false;
+    for word in line.split(' ') {
+        let scrubbed = if after_bearer && !word.is_empty() {
+            REDACTED.to_owned()
+        } else if let Some((name, value)) = word.split_once(['=', ':'])
+            && names_a_secret(name)
+            && !value.is_empty()
+        {
+            format!("{}{REDACTED}", &word[..=name.len()])
+        } else if looks_like_a_key(word) {
+            REDACTED.to_owned()
+        } else {
+            word.to_owned()
+        };
+        after_bearer = word.eq_ignore_ascii_case("bearer");
+        out.push(scrubbed);
+    }
+    out.join(" ")
+}
+
+fn names_a_secret(name: &str) -> bool {
+    let name = name
+        .trim_start_matches(['-', '"', '\''])
+        .to_ascii_lowercase();
+    [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "apikey",
+        "api_key",
+        "api-key",
+        "key",
+        "authorization",
+        "credential",
+    ]
+    .iter()
+    .any(|secret| name.ends_with(secret))
+}
+
+/// A run of at least 32 key-like characters mixing letters and digits (an API key, a token).
+fn looks_like_a_key(word: &str) -> bool {
+    let word = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    word.len() >= 32
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && word.chars().any(|c| c.is_ascii_digit())
+        && word.chars().any(|c| c.is_ascii_alphabetic())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(line: &str, secrets: &[&str], expect: &str) {
+        let secrets: Vec<String> = secrets.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(scrub(line, &secrets), expect, "{line}");
+    }
+
+    #[test]
+    fn stderr_lines_lose_their_secrets_and_keep_their_words() {
+        check(
+            "ModuleNotFoundError: No module named 'nope'",
+            &[],
+            "ModuleNotFoundError: No module named 'nope'",
+        );
+        check(
+            "using s3cr3t-value for GITHUB",
+            &["s3cr3t-value"],
+            "using [redacted] for GITHUB",
+        );
+        check(
+            "Authorization: Bearer abc.def",
+            &[],
+            "Authorization: Bearer [redacted]",
+        );
+        check("token=abc123 ok", &[], "token=[redacted] ok");
+        check(
+            "key ghp_0123456789abcdefghijABCDEFGHIJ0123 leaked",
+            &[],
+            "key [redacted] leaked",
+        );
+    }
+
+    #[test]
+    fn the_tail_keeps_the_last_lines_within_its_bounds() {
+        let tail = StderrTail::new(Vec::new());
+        for i in 0..100 {
+            tail.push(&format!("line {i}"));
+        }
+        let lines = tail.lines();
+        assert_eq!(lines.len(), TAIL_LINES);
+        assert_eq!(lines.last().map(String::as_str), Some("line 99"));
+        let long = "x".repeat(3000);
+        tail.push(&long);
+        tail.push(&long);
+        let lines = tail.lines();
+        assert_eq!(lines.len(), 1, "only the newest long line fits");
+        assert!(lines.iter().map(String::len).sum::<usize>() <= TAIL_BYTES);
+    }
 }
