@@ -149,7 +149,7 @@ fn refusal(refused: DecisionError) -> Response {
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
+    super::errors::plain(status, message)
 }
 
 /// `GET /admin/tools/held`: the tools held because their definition changed (admins only).

@@ -30,7 +30,7 @@ use axum::{
     extract::{Request, State},
     http::{HeaderMap, HeaderValue, StatusCode, header},
     middleware::Next,
-    response::{IntoResponse, Response},
+    response::Response,
     routing::get,
 };
 use serde_json::json;
@@ -47,9 +47,6 @@ use crate::{
 /// Where the protected-resource metadata (RFC 9728) is served. Clients that construct the
 /// well-known URL for `/mcp` themselves use the path-inserted form, served as well.
 pub const RESOURCE_METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
-
-/// JSON-RPC error code of a 401 body (implementation-defined server error range).
-const UNAUTHORIZED_CODE: i64 = -32001;
 
 /// Who a request comes from. Stdio and an unauthenticated loopback listener serve the local
 /// user; an HTTP request with a key serves the client the key was issued to.
@@ -381,12 +378,7 @@ fn unauthorized(base: &str, refusal: Refusal<'_>) -> Response {
 }
 
 fn json_rpc_error(status: StatusCode, message: &str) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": UNAUTHORIZED_CODE, "message": message},
-    });
-    (status, Json(body)).into_response()
+    super::errors::json_rpc(status, super::errors::UNAUTHORIZED, message)
 }
 
 /// The key of an `Authorization: Bearer <key>` header (scheme case-insensitive, RFC 9110).

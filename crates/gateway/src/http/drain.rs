@@ -17,7 +17,7 @@ use axum::{
     body::Body,
     extract::{Request, State},
     middleware::Next,
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use http_body_util::BodyExt;
 
@@ -146,20 +146,10 @@ fn is_new_work(body: &[u8]) -> bool {
 }
 
 fn refused() -> Response {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32000, "message": "mcpgw is shutting down; retry in a few seconds"},
-    });
-    (
-        http::StatusCode::SERVICE_UNAVAILABLE,
-        [
-            (http::header::RETRY_AFTER, RETRY_AFTER_S),
-            (http::header::CONTENT_TYPE, "application/json"),
-        ],
-        body.to_string(),
+    super::errors::unavailable(
+        RETRY_AFTER_S,
+        "mcpgw is shutting down; retry in a few seconds",
     )
-        .into_response()
 }
 
 #[cfg(test)]

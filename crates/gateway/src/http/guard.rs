@@ -43,15 +43,14 @@ use std::{
 };
 
 use axum::{
-    Json, Router,
+    Router,
     body::Body,
     extract::{Request, State},
     http::{HeaderMap, Method, StatusCode, Uri, header},
     middleware::Next,
-    response::{IntoResponse, Response},
+    response::Response,
 };
 use futures::TryStreamExt as _;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 
 /// The header the admin token may be sent in (besides `Authorization: Bearer`).
@@ -329,12 +328,7 @@ impl Refusal {
 
     /// The refusal in the error shape of the route `path` belongs to.
     fn into_response(self, path: &str) -> Response {
-        let body = if path == "/mcp" || path.starts_with("/mcp/") {
-            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": self.message}})
-        } else {
-            json!({"error": self.message})
-        };
-        (self.status, Json(body)).into_response()
+        super::errors::for_path(path, self.status, &self.message)
     }
 }
 
@@ -569,6 +563,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use serde_json::json;
 
     fn guard(local: &str, toml: &str, token: Option<&str>) -> Guard {
         let config = config::parse_toml(toml, Path::new("/tmp/mcpgw.toml")).expect("config");

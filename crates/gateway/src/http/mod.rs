@@ -3,11 +3,13 @@
 //! rules and admin token), who a request comes from (`client_auth`: client keys and, through
 //! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
 //! (`session_owner`), the admin routes (`admin`), the data path's response shaping
-//! (`json_reply`), and the graceful drain on shutdown (`drain`).
+//! (`json_reply`), the graceful drain on shutdown (`drain`), and every answer the edge makes up
+//! itself, in one table (`errors`).
 
 pub(crate) mod admin;
 pub(crate) mod client_auth;
 pub(crate) mod drain;
+pub(crate) mod errors;
 pub(crate) mod guard;
 pub(crate) mod json_reply;
 pub(crate) mod jwt;

@@ -21,6 +21,7 @@ use crate::{
     http::{
         client_auth::{self, ClientAccess},
         drain::{self, Drain},
+        errors,
         guard::{Guard, admin_token_path},
         session_owner::{self, Owners},
     },
@@ -331,7 +332,7 @@ async fn transport_errors_as_json_rpc(
     if !status.is_client_error() || is_json || status == http::StatusCode::UNAUTHORIZED {
         return response;
     }
-    let (mut parts, body) = response.into_parts();
+    let (parts, body) = response.into_parts();
     // These bodies are short texts written by rmcp; cap the read anyway.
     let text = axum::body::to_bytes(body, 16 * 1024)
         .await
@@ -340,7 +341,7 @@ async fn transport_errors_as_json_rpc(
     let (status, code, message) = if status == http::StatusCode::PAYLOAD_TOO_LARGE {
         (
             status,
-            -32600,
+            errors::INVALID_REQUEST,
             format!(
                 "request body is larger than the {} limit ([limits] request_bytes)",
                 crate::mcp::result::human_bytes(request_bytes)
@@ -349,24 +350,20 @@ async fn transport_errors_as_json_rpc(
     } else if text.contains("deserialize") || text.contains("parse") {
         (
             http::StatusCode::BAD_REQUEST,
-            -32700,
+            errors::PARSE_ERROR,
             format!("parse error: {text}"),
         )
     } else {
-        (status, -32600, text)
+        (status, errors::INVALID_REQUEST, text)
     };
-    parts.status = status;
-    parts.headers.remove(http::header::CONTENT_LENGTH);
-    parts.headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": code, "message": message},
-    });
-    axum::response::Response::from_parts(parts, axum::body::Body::from(body.to_string()))
+    let mut answer = errors::json_rpc(status, code, &message);
+    // rmcp's own headers (none carry the body's length once it is rewritten) stay.
+    for (name, value) in &parts.headers {
+        if name != http::header::CONTENT_LENGTH && name != http::header::CONTENT_TYPE {
+            answer.headers_mut().insert(name, value.clone());
+        }
+    }
+    answer
 }
 
 fn health(gateway: &Gateway) -> serde_json::Value {

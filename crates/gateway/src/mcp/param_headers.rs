@@ -48,7 +48,6 @@
 use std::{borrow::Cow, collections::HashMap, sync::Arc};
 
 use axum::{
-    Json,
     body::Body,
     extract::{Request, State},
     http::{HeaderMap, HeaderName, Method, StatusCode},
@@ -413,15 +412,12 @@ struct Rejection {
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         tracing::debug!(id = %self.id, reason = %self.mismatch, "tools/call refused");
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": self.id,
-            "error": {
-                "code": ErrorCode::HEADER_MISMATCH.0,
-                "message": self.mismatch.to_string(),
-            },
-        });
-        (StatusCode::BAD_REQUEST, Json(body)).into_response()
+        crate::http::errors::json_rpc_with_id(
+            StatusCode::BAD_REQUEST,
+            self.id,
+            i64::from(ErrorCode::HEADER_MISMATCH.0),
+            &self.mismatch.to_string(),
+        )
     }
 }
 
