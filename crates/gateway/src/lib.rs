@@ -264,7 +264,10 @@ impl Gateway {
                 on_settled(server);
             }));
         tokio::join!(semantic, connect_all);
-        self.publish_lexical().await;
+        // Incrementally, each ready server and the loaded embedder have published already.
+        if !incremental {
+            self.publish_lexical().await;
+        }
     }
 
     /// Starts a catalog refresh and waits until its lexical catalog is published (its

@@ -512,7 +512,13 @@ fn auth_headers_missing_variable_fails_only_its_server() {
         .env_remove("MCPGW_E2E_NEVER_SET")
         .output()
         .expect("mcpgw runs");
-    assert!(output.status.success(), "{}", text(&output.stderr));
+    // The listing is printed, and the exit status says that some servers failed.
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("2 of 3 servers failed: unset, empty"),
+        "{}",
+        text(&output.stderr)
+    );
     let statuses: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
     let by_name = |name: &str| {
         statuses

@@ -163,6 +163,14 @@ impl Serving {
         wait_until("mcpgw to listen", Duration::from_secs(60), || {
             serving.health().is_some()
         });
+        // The listener answers at once; the upstreams join as they are ready.
+        wait_until("every upstream to settle", Duration::from_secs(60), || {
+            serving.health().is_some_and(|health| {
+                health["servers"]
+                    .as_array()
+                    .is_some_and(|servers| servers.iter().all(|s| s["state"] != "starting"))
+            })
+        });
         serving
     }
 

@@ -19,7 +19,6 @@ use axum::{
     middleware::Next,
     response::Response,
 };
-use http_body_util::BodyExt;
 
 /// How long the listener stays after the last request in flight ended.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
@@ -117,12 +116,41 @@ pub(crate) async fn layer(State(drain): State<Drain>, request: Request, next: Ne
     let in_flight = drain.enter();
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
-    let body = body.map_frame(move |frame| {
-        // Held by the body, so the request counts until its last byte is written.
-        let _in_flight = &in_flight;
-        frame
-    });
-    Response::from_parts(parts, Body::new(body))
+    Response::from_parts(
+        parts,
+        Body::new(Counted {
+            body,
+            _in_flight: in_flight,
+        }),
+    )
+}
+
+/// A response body that keeps its request counted as in flight until it is done. It passes on
+/// the body's size hint, so a JSON answer keeps its `Content-Length` (a chunked body would end
+/// with a second small write).
+struct Counted {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl axum::body::HttpBody for Counted {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Whether `body` starts new work: an `initialize` or `tools/call` request (alone or in a
