@@ -249,6 +249,10 @@ pub struct LimitsConfig {
     pub idle_timeout: std::time::Duration,
     /// How long an MCP session may stay unused before it is closed.
     pub session_idle: std::time::Duration,
+    /// Most MCP sessions open at once; beyond it `initialize` is answered 503.
+    pub max_sessions: usize,
+    /// Most MCP sessions one principal may hold open; beyond it `initialize` is answered 429.
+    pub max_sessions_per_principal: usize,
     /// On SIGTERM, how long calls in flight may take to finish while new ones get 503.
     pub shutdown_grace: std::time::Duration,
 }
@@ -267,6 +271,8 @@ impl Default for LimitsConfig {
             header_timeout: std::time::Duration::from_secs(10),
             idle_timeout: std::time::Duration::from_secs(60),
             session_idle: std::time::Duration::from_secs(300),
+            max_sessions: 10_000,
+            max_sessions_per_principal: 100,
             shutdown_grace: std::time::Duration::from_secs(10),
         }
     }
@@ -373,6 +379,8 @@ pub(crate) struct LimitsFile {
     pub header_timeout_s: Option<i64>,
     pub idle_timeout_s: Option<i64>,
     pub session_idle_s: Option<i64>,
+    pub max_sessions: Option<i64>,
+    pub max_sessions_per_principal: Option<i64>,
     pub shutdown_grace_s: Option<i64>,
 }
 
@@ -680,6 +688,18 @@ pub(crate) fn policy(
         10..=86_400,
         defaults.session_idle.as_secs(),
     ));
+    let max_sessions = ranged(
+        "max_sessions",
+        limits.max_sessions,
+        1..=1_000_000,
+        defaults.max_sessions as u64,
+    ) as usize;
+    let max_sessions_per_principal = ranged(
+        "max_sessions_per_principal",
+        limits.max_sessions_per_principal,
+        1..=1_000_000,
+        defaults.max_sessions_per_principal as u64,
+    ) as usize;
     let shutdown_grace = seconds(ranged(
         "shutdown_grace_s",
         limits.shutdown_grace_s,
@@ -700,6 +720,8 @@ pub(crate) fn policy(
             header_timeout,
             idle_timeout,
             session_idle,
+            max_sessions,
+            max_sessions_per_principal,
             shutdown_grace,
         },
     }

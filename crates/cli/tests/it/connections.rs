@@ -69,3 +69,53 @@ fn idle_sockets_over_the_cap_are_refused_and_silent_ones_closed_while_a_client_i
     assert!(read.is_ok(), "closed, not timed out: {read:?}");
     assert!(closed_after < Duration::from_secs(5), "{closed_after:?}");
 }
+
+/// Issue 13, finding 6: bare `initialize` requests cannot grow the sessions without bound.
+/// One principal past `max_sessions_per_principal` gets 429, everyone past `max_sessions`
+/// 503, both with `Retry-After`; a session ended with DELETE frees its place.
+#[test]
+fn sessions_past_their_caps_are_refused_and_ended_ones_free_their_place() {
+    let config = write_config(&format!(
+        "[limits]\nmax_sessions = 3\nmax_sessions_per_principal = 2\n\n{}",
+        everything_stdio_server("e")
+    ));
+    let alice_key = add_client(&config.path, "alice");
+    let bob_key = add_client(&config.path, "bob");
+    let gateway = Gateway::start(config);
+    let url = gateway.url();
+    let alice = format!("Bearer {alice_key}");
+    let bob = format!("Bearer {bob_key}");
+    let session = |headers: &reqwest::header::HeaderMap| {
+        headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+
+    let (status, first, _) = initialize(&url, Some(&alice));
+    assert_eq!(status, 200);
+    let (status, _, _) = initialize(&url, Some(&alice));
+    assert_eq!(status, 200);
+    let (status, headers, body) = initialize(&url, Some(&alice));
+    assert_eq!(status, 429, "{body}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    assert!(body.contains("max_sessions_per_principal"), "{body}");
+    assert!(session(&headers).is_none(), "no session is handed out");
+
+    let (status, _, _) = initialize(&url, Some(&bob));
+    assert_eq!(status, 200);
+    let (status, headers, body) = initialize(&url, Some(&bob));
+    assert_eq!(status, 503, "{body}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+
+    // Alice ends one of hers; bob gets the place.
+    let ended = reqwest::blocking::Client::new()
+        .delete(&url)
+        .header("authorization", &alice)
+        .header("mcp-session-id", session(&first).expect("a session id"))
+        .send()
+        .expect("delete");
+    assert_eq!(ended.status().as_u16(), 204);
+    let (status, _, _) = initialize(&url, Some(&bob));
+    assert_eq!(status, 200);
+}

@@ -18,6 +18,8 @@
 //! | 404 | text | a session id that does not exist or is another principal's | `session_owner` |
 //! | 413 | -32600 | a body over `[limits] request_bytes` | `serve` |
 //! | 415 | — | an admin write without `Content-Type: application/json` | `guard` |
+//! | 429 | -32000 | a new session past `[limits] max_sessions_per_principal` (`Retry-After`) | `session_owner` |
+//! | 503 | -32000 | a new session past `[limits] max_sessions` (`Retry-After`) | `session_owner` |
 //! | 503 | -32000 | draining for shutdown (`Retry-After`) | `drain` |
 //! | 503 | -32000 | over `[limits] max_connections` (`Retry-After`, written before the request is read) | `serve` |
 //! | 503 | -32001 | the client store or the token verifier is unavailable | `client_auth` |
@@ -71,7 +73,16 @@ pub(crate) fn for_path(path: &str, status: StatusCode, message: &str) -> Respons
 
 /// 503 with `Retry-After: retry_after_s` and a JSON-RPC error.
 pub(crate) fn unavailable(retry_after_s: &'static str, message: &str) -> Response {
-    let mut response = json_rpc(StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE, message);
+    retry_later(StatusCode::SERVICE_UNAVAILABLE, retry_after_s, message)
+}
+
+/// 429 with `Retry-After: retry_after_s` and a JSON-RPC error: this caller holds too much.
+pub(crate) fn too_many(retry_after_s: &'static str, message: &str) -> Response {
+    retry_later(StatusCode::TOO_MANY_REQUESTS, retry_after_s, message)
+}
+
+fn retry_later(status: StatusCode, retry_after_s: &'static str, message: &str) -> Response {
+    let mut response = json_rpc(status, UNAVAILABLE, message);
     response.headers_mut().insert(
         header::RETRY_AFTER,
         header::HeaderValue::from_static(retry_after_s),

@@ -259,7 +259,10 @@ fn app(
     // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
     sessions.session_config.keep_alive = Some(gateway.config().policy.limits.session_idle);
     let sessions = Arc::new(sessions);
-    let owners = Arc::new(Owners::new(sessions.clone()));
+    let owners = Arc::new(Owners::new(
+        sessions.clone(),
+        &gateway.config().policy.limits,
+    ));
     let service = StreamableHttpService::new(
         move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
         sessions,

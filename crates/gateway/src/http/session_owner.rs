@@ -9,6 +9,11 @@
 //! session rmcp has ended (idle expiry, shutdown) are swept out every [`SWEEP_EVERY`] new
 //! sessions, so the table never holds many more entries than rmcp holds sessions.
 //!
+//! Caps (`[limits]`): a session that would take the gateway past `max_sessions` is closed at
+//! once and answered 503, one past its principal's `max_sessions_per_principal` 429, both with
+//! `Retry-After` (ended sessions are swept out first, so only live ones count). Without them
+//! a flood of bare `initialize` requests grew memory without bound.
+//!
 //! Rejected: a session manager of our own wrapping rmcp's `LocalSessionManager` (the trait
 //! does not see the request's principal), and comparing the principal in the MCP handler
 //! (a GET stream and a DELETE never reach it).
@@ -47,15 +52,66 @@ pub(crate) struct Owners {
     sessions: Arc<LocalSessionManager>,
     owners: Mutex<HashMap<String, PrincipalId>>,
     opened: AtomicUsize,
+    max_sessions: usize,
+    max_per_principal: usize,
+}
+
+/// Which session cap a new session would pass.
+#[derive(Debug, PartialEq, Eq)]
+enum Over {
+    All,
+    Principal,
 }
 
 impl Owners {
-    pub(crate) fn new(sessions: Arc<LocalSessionManager>) -> Owners {
+    pub(crate) fn new(sessions: Arc<LocalSessionManager>, limits: &config::LimitsConfig) -> Owners {
         Owners {
             sessions,
             owners: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
+            max_sessions: limits.max_sessions,
+            max_per_principal: limits.max_sessions_per_principal,
         }
+    }
+
+    /// The cap session number `held + 1` (of `principal`'s `of_principal + 1`) would pass.
+    fn over(&self, principal: &PrincipalId) -> Option<Over> {
+        let owners = lock(&self.owners);
+        if owners.len() >= self.max_sessions {
+            return Some(Over::All);
+        }
+        let held = owners.values().filter(|owner| *owner == principal).count();
+        (held >= self.max_per_principal).then_some(Over::Principal)
+    }
+
+    /// Records session `id`, just opened by `principal`, unless that passes a cap: then the
+    /// session is closed again and the answer says which cap.
+    async fn admit(&self, id: &str, principal: PrincipalId) -> Result<(), Response> {
+        if self.over(&principal).is_some() {
+            self.sweep().await;
+        }
+        let Some(over) = self.over(&principal) else {
+            self.record(id, principal).await;
+            return Ok(());
+        };
+        let _ = self.sessions.close_session(&id.into()).await;
+        tracing::warn!(%principal, ?over, "refused a new MCP session over the session cap");
+        Err(match over {
+            Over::All => super::errors::unavailable(
+                "30",
+                &format!(
+                    "mcpgw holds as many MCP sessions as it may ([limits] max_sessions = {}); retry later, or end sessions you no longer use",
+                    self.max_sessions
+                ),
+            ),
+            Over::Principal => super::errors::too_many(
+                "30",
+                &format!(
+                    "you hold as many MCP sessions as one client may ([limits] max_sessions_per_principal = {}); end one (HTTP DELETE) or retry later",
+                    self.max_per_principal
+                ),
+            ),
+        })
     }
 
     fn owner(&self, id: &str) -> Option<PrincipalId> {
@@ -129,8 +185,10 @@ pub(crate) async fn bind(
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            if let Some(opened) = opened {
-                owners.record(&opened, principal).await;
+            if let Some(opened) = opened
+                && let Err(refused) = owners.admit(&opened, principal).await
+            {
+                return refused;
             }
         }
         Some(id) if deleting && response.status().is_success() => {
@@ -155,7 +213,7 @@ mod tests {
     #[tokio::test]
     async fn bindings_of_ended_sessions_are_swept_out() {
         let sessions = Arc::new(LocalSessionManager::default());
-        let owners = Owners::new(sessions.clone());
+        let owners = Owners::new(sessions.clone(), &config::LimitsConfig::default());
         let (live, _transport) = sessions.create_session().await.expect("session");
         let (ended, _transport) = sessions.create_session().await.expect("session");
         owners.record(&live, "client:alice".into()).await;
@@ -167,5 +225,50 @@ mod tests {
         assert_eq!(owners.len(), 1, "swept after {SWEEP_EVERY} sessions");
         assert_eq!(owners.owner(&live).as_deref(), Some("client:alice"));
         assert_eq!(owners.owner(&ended), None);
+    }
+
+    #[tokio::test]
+    async fn sessions_past_a_cap_are_closed_and_refused() {
+        let sessions = Arc::new(LocalSessionManager::default());
+        let limits = config::LimitsConfig {
+            max_sessions: 3,
+            max_sessions_per_principal: 2,
+            ..config::LimitsConfig::default()
+        };
+        let owners = Owners::new(sessions.clone(), &limits);
+        let mut open = Vec::new();
+        for _ in 0..4 {
+            let (id, transport) = sessions.create_session().await.expect("session");
+            open.push((id, transport));
+        }
+        let alice = PrincipalId::from("client:alice");
+        assert!(owners.admit(&open[0].0, alice.clone()).await.is_ok());
+        assert!(owners.admit(&open[1].0, alice.clone()).await.is_ok());
+        let refused = owners
+            .admit(&open[2].0, alice.clone())
+            .await
+            .expect_err("alice's third session");
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            refused
+                .headers()
+                .contains_key(axum::http::header::RETRY_AFTER)
+        );
+        assert!(
+            !sessions.has_session(&open[2].0).await.unwrap_or(true),
+            "the refused session is closed again"
+        );
+        let bob = PrincipalId::from("client:bob");
+        assert!(owners.admit(&open[3].0, bob.clone()).await.is_ok());
+        let (fifth, _transport) = sessions.create_session().await.expect("session");
+        let full = owners
+            .admit(&fifth, bob)
+            .await
+            .expect_err("over max_sessions");
+        assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // An ended session frees its place.
+        let _ = sessions.close_session(&open[0].0).await;
+        let (sixth, _transport) = sessions.create_session().await.expect("session");
+        assert!(owners.admit(&sixth, alice).await.is_ok());
     }
 }
