@@ -67,7 +67,8 @@ static HARNESS: LazyLock<Harness> = LazyLock::new(|| {
         let local: SocketAddr = LOCAL.parse().expect("socket address");
         // Never cancelled: sessions end by DELETE (see `close_session`).
         let shutdown = CancellationToken::new();
-        let access = gateway::ClientAccess::Open(gateway::AdminToken::generate().expect("admin token"));
+        let access =
+            gateway::ClientAccess::Open(gateway::AdminToken::generate().expect("admin token"));
         gateway::http_app(gateway, local, access, &shutdown)
     });
     Harness { runtime, app }

@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 pub use store::{CallDecision, CallOutcome};
 use upstream::UpstreamError;
 
-use crate::{Gateway, Principal};
+use crate::{Gateway, principal::Principal};
 
 mod writer;
 pub use writer::{AuditHealth, AuditLog};

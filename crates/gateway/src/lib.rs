@@ -21,7 +21,10 @@ mod http;
 mod mcp;
 pub mod oauth;
 mod policy;
+mod principal;
+mod search;
 mod semantic;
+mod sync;
 
 use std::{
     collections::HashMap,
@@ -33,32 +36,25 @@ use std::{
 };
 
 pub use self::http::{
-    ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, ClientAccess, Principal,
-    RESOURCE_METADATA_PATH, admin_token_path, approval_json, http_app, serve_http, serve_http_with,
-    serve_stdio,
+    ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, ClientAccess, RESOURCE_METADATA_PATH,
+    admin_token_path, approval_json, http_app, serve_http, serve_http_with, serve_stdio,
 };
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
     upstream_error_summary,
 };
-use catalog::{Catalog, Filter, SearchHit, SearchRequest, ServerTools};
+use catalog::{Catalog, SearchRequest, ServerTools};
 pub use mcp::Front;
 use mcp::{changes, meta, relay, surface};
 pub use policy::access::{self, Access};
 pub use policy::{ApproveError, DecisionError, HeldTool, held_json, may_decide};
 use policy::{approval, limits, pinning};
+pub use principal::Principal;
+pub use search::{Found, FoundTool, Search};
 pub use semantic::Semantic;
+
 use tokio::sync::mpsc;
 use upstream::{ListKind, ToolsChanged, Upstreams};
-
-/// Locks a std mutex, recovering the data if a panicking thread poisoned it: what the gateway
-/// keeps under its mutexes (listeners, parked calls, pending logins, a call's audit record) is
-/// consistent between statements.
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Longest a search waits for its query to be embedded before answering with BM25 alone.
 const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);
@@ -111,46 +107,6 @@ pub struct Gateway {
     /// Every upstream's resources, templates and prompts as clients see them; rebuilt with the
     /// catalog and when a server's lists change.
     surface: RwLock<Arc<surface::Surface>>,
-}
-
-/// One `search_tools` call, as the front end and the CLI describe it.
-#[derive(Debug, Clone)]
-pub struct Search {
-    pub queries: Vec<String>,
-    pub top_k: usize,
-    pub filter: Filter,
-}
-
-/// The hits of a search, owned (the catalog they came from may be replaced meanwhile).
-#[derive(Debug, Clone)]
-pub struct Found {
-    pub hits: Vec<FoundTool>,
-    /// Set when the search ran with less than the configured strategy, and why.
-    pub degraded: Option<String>,
-    pub strategy: catalog::Strategy,
-    /// Servers still making their first connection: their tools are not in the catalog yet.
-    pub starting: Vec<String>,
-    /// Tools of the searched servers held for approval (pinning): not in the catalog either.
-    pub held: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct FoundTool {
-    pub name: String,
-    pub server: String,
-    pub description: String,
-    pub score: f32,
-}
-
-impl FoundTool {
-    fn from_hit(hit: &SearchHit<'_>) -> Self {
-        Self {
-            name: hit.tool.qualified.to_string(),
-            server: hit.tool.server.to_string(),
-            description: hit.tool.one_line_description(),
-            score: hit.score,
-        }
-    }
 }
 
 impl Gateway {
@@ -766,13 +722,6 @@ async fn watch_changes(
             }
         }
     }
-}
-
-/// Whether `context`'s request speaks 2026-07-28 (stateless, per-request `_meta`) or later.
-pub(crate) fn is_modern(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
-    context
-        .protocol_version()
-        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
 }
 
 /// Lists each ready server's tools again every `refresh_s` (per server; default an hour), for

@@ -27,7 +27,10 @@ use axum::{
 use serde_json::{Map, Value, json};
 use store::{DecideError, Verdict};
 
-use crate::{ApproveError, DecisionError, Gateway, Principal, policy::pinning::held_json};
+use crate::{
+    Gateway, policy::ApproveError, policy::DecisionError, policy::pinning::held_json,
+    principal::Principal,
+};
 
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()

@@ -17,6 +17,6 @@ pub(crate) mod serve;
 pub(crate) mod session_owner;
 
 pub use admin::approval_json;
-pub use client_auth::{ClientAccess, Principal, RESOURCE_METADATA_PATH};
+pub use client_auth::{ClientAccess, RESOURCE_METADATA_PATH};
 pub use guard::{ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, admin_token_path};
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};

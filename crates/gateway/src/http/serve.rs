@@ -17,7 +17,7 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    Front, Gateway,
+    Gateway,
     http::{
         client_auth::{self, ClientAccess},
         drain::{self, Drain},
@@ -25,6 +25,7 @@ use crate::{
         guard::{Guard, admin_token_path},
         session_owner::{self, Owners},
     },
+    mcp::Front,
     oauth::login::{self, Logins},
 };
 
@@ -240,34 +241,9 @@ fn app(
     drain: Drain,
 ) -> Router {
     let logins = Arc::new(Logins::for_listener(local, gateway.config()));
-    let factory_gateway = gateway.clone();
-    let factory_logins = logins.clone();
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
-    // No SSE priming events: they tell a client where to resume a broken stream, and no event
-    // store keeps streams to resume from. A 2026-07-28 request whose answer needs no stream
-    // gets one JSON body (rmcp's `json_response`); a session's, from `json_reply`.
-    let mcp_config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown.child_token())
-        .with_max_request_body_bytes(request_bytes)
-        .with_sse_retry(None)
-        .with_json_response(true);
-    // Host and Origin are the guard's, for every route alike (rmcp's check covered `/mcp` only).
-    let mcp_config = mcp_config.disable_allowed_hosts();
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.sse_retry = None;
-    // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
-    sessions.session_config.keep_alive = Some(gateway.config().policy.limits.session_idle);
-    let sessions = Arc::new(sessions);
-    let owners = Arc::new(Owners::new(
-        sessions.clone(),
-        &gateway.config().policy.limits,
-    ));
-    let service = StreamableHttpService::new(
-        move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
-        sessions,
-        mcp_config,
-    );
+    let (service, owners) = mcp_service(&gateway, &logins, shutdown);
     let health_gateway = gateway.clone();
     let health_drain = drain.clone();
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
@@ -315,6 +291,41 @@ fn app(
         access.admin_token().cloned(),
     );
     guard.apply(client_auth::apply(app, access, local))
+}
+
+/// rmcp's Streamable HTTP service for `/mcp`, and the session owners bound to its sessions.
+fn mcp_service(
+    gateway: &Arc<Gateway>,
+    logins: &Arc<Logins>,
+    shutdown: &CancellationToken,
+) -> (
+    StreamableHttpService<Front, LocalSessionManager>,
+    Arc<Owners>,
+) {
+    let limits = &gateway.config().policy.limits;
+    // No SSE priming events: they tell a client where to resume a broken stream, and no event
+    // store keeps streams to resume from. A 2026-07-28 request whose answer needs no stream
+    // gets one JSON body (rmcp's `json_response`); a session's, from `json_reply`. Host and
+    // Origin are the guard's, for every route alike (rmcp's check covered `/mcp` only).
+    let mcp_config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown.child_token())
+        .with_max_request_body_bytes(limits.request_bytes)
+        .with_sse_retry(None)
+        .with_json_response(true)
+        .disable_allowed_hosts();
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.sse_retry = None;
+    // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
+    sessions.session_config.keep_alive = Some(limits.session_idle);
+    let sessions = Arc::new(sessions);
+    let owners = Arc::new(Owners::new(sessions.clone(), limits));
+    let (factory_gateway, factory_logins) = (gateway.clone(), logins.clone());
+    let service = StreamableHttpService::new(
+        move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
+        sessions,
+        mcp_config,
+    );
+    (service, owners)
 }
 
 /// rmcp answers transport-level failures (unparseable body, body over the limit, wrong

@@ -38,7 +38,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionManager, local::LocalSessionManager,
 };
 
-use crate::{Principal, lock};
+use crate::{principal::Principal, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 /// A sweep of ended sessions' bindings runs after this many new sessions.

@@ -30,7 +30,7 @@ use rmcp::{Peer, RoleServer, service::SubscriptionSink};
 use tokio::sync::mpsc;
 use upstream::{ListKind, ResourceUpdated, Server};
 
-use crate::{Gateway, Principal, lock};
+use crate::{Gateway, principal::Principal, sync::lock};
 
 /// Changes within this window after the first are announced together.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(250);

@@ -27,12 +27,15 @@ use rmcp::{
 use serde_json::{Map, Value};
 
 use crate::{
-    Access, Gateway, Principal, lock,
+    Gateway,
     mcp::{
         call::{self, Call, Invocation, Malformed, Pipeline},
         errors, listing, meta, relay, result,
     },
     oauth::login::Logins,
+    policy::access::Access,
+    principal::Principal,
+    sync::lock,
 };
 
 /// One front-end handler; cheap to clone, one per HTTP session or stdio connection.
@@ -186,7 +189,7 @@ impl ServerHandler for Front {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        if crate::is_modern(&context) {
+        if crate::mcp::is_modern(&context) {
             return Err(errors::method_not_found("logging/setLevel"));
         }
         *lock(&self.log_level) = Some(request.level);
@@ -201,7 +204,7 @@ impl ServerHandler for Front {
         let access = self.gateway.access(Principal::of(&context.extensions));
         let mut listed =
             ListToolsResult::with_all_items(listing::visible_tools(&self.gateway, &access));
-        if crate::is_modern(&context) {
+        if crate::mcp::is_modern(&context) {
             // The list depends on the caller's profile; listeners hear of changes at once.
             listed.cache_scope = Some(CacheScope::Private);
             listed.ttl_ms = Some(LIST_TTL_MS);
@@ -271,7 +274,7 @@ impl ServerHandler for Front {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let modern = crate::is_modern(&context);
+        let modern = crate::mcp::is_modern(&context);
         if modern {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,

@@ -5,7 +5,7 @@
 use rmcp::model::Tool;
 use serde_json::Value;
 
-use crate::{Access, Gateway, mcp::meta};
+use crate::{Gateway, mcp::meta, policy::access::Access};
 
 /// The tools `access`'s principal sees in its exposure mode.
 pub(crate) fn visible_tools(gateway: &Gateway, access: &Access<'_>) -> Vec<Tool> {

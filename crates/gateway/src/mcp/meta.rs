@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use catalog::{Catalog, Filter};
 
-use crate::{Found, Search};
+use crate::{search::Found, search::Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 

@@ -16,3 +16,10 @@ pub(crate) mod result;
 pub(crate) mod surface;
 
 pub use front::Front;
+
+/// Whether `context`'s request speaks 2026-07-28 (stateless, per-request `_meta`) or later.
+pub(crate) fn is_modern(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+}

@@ -59,7 +59,7 @@ use catalog::Catalog;
 use rmcp::model::{ErrorCode, ProtocolVersion};
 use serde_json::{Number, Value};
 
-use crate::{Gateway, Principal, mcp::meta};
+use crate::{Gateway, mcp::meta, principal::Principal};
 
 /// Checks a request's `Mcp-Param-*` headers against its `tools/call` body (the layer on `/mcp`;
 /// see the module docs for what is checked and when).

@@ -60,8 +60,11 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Answer, Ask, Asked, CallOptions, Progress, Server, UpstreamError};
 
 use crate::{
-    AuditRecord, Gateway, Principal, lock,
+    Gateway,
+    audit::AuditRecord,
     mcp::{errors, result},
+    principal::Principal,
+    sync::lock,
 };
 
 /// `requestState` of a call parked while its 2026-07-28 client answers the upstream.
@@ -103,7 +106,7 @@ impl Caller {
         principal: &Principal,
         session_level: Option<LoggingLevel>,
     ) -> Self {
-        let modern = crate::is_modern(context);
+        let modern = crate::mcp::is_modern(context);
         Self {
             peer: context.peer.clone(),
             capabilities: context.client_capabilities().unwrap_or_default(),

@@ -34,7 +34,7 @@ use retrieval::{Bm25Index, DocId, Document, Field};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
-use crate::{Access, Gateway, Search, mcp::meta};
+use crate::{Gateway, mcp::meta, policy::access::Access, search::Search};
 
 /// Items per page of `resources/list`, `resources/templates/list` and `prompts/list`.
 pub(crate) const PAGE_SIZE: usize = 100;

@@ -48,7 +48,7 @@ use url::Url;
 use super::{
     NotAnOAuthServer, StoreOAuth, browser_page, oauth_server, oauth_servers, unix_seconds,
 };
-use crate::{Gateway, Principal, lock};
+use crate::{Gateway, principal::Principal, sync::lock};
 
 /// Where the browser comes back to, unless a server's configuration names its own
 /// `redirect_uri` on the gateway's address.
@@ -284,20 +284,19 @@ impl Logins {
         Some(format!("{}{START_PATH}?{query}", site.origin()))
     }
 
-    /// Starts a login to `server` for `principal`, or hands out the one already waiting for its
-    /// browser if it is young enough. The tokens it brings are stored for `principal`.
-    pub async fn begin(
+    /// `server`'s URL and OAuth settings for a sign-in through this listener: its redirect URI
+    /// (this listener's callback unless configured) must be one this listener serves, and
+    /// discovery and registration run under the server's network policy, as its requests do.
+    fn settings(
         &self,
         gateway: &Gateway,
         server: &str,
-        principal: &Principal,
-    ) -> Result<Started, LoginError> {
+    ) -> Result<(Url, OAuthSettings), LoginError> {
         let site = self
             .site
             .as_ref()
             .map_err(|why| LoginError::Unavailable(*why))?;
         let (url, oauth) = oauth_server(gateway.config(), server).map_err(LoginError::NotOAuth)?;
-        let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
         let start_error = |reason: String| LoginError::Start {
             server: server.to_owned(),
             reason,
@@ -305,7 +304,6 @@ impl Logins {
         let default_redirect = format!("{}{CALLBACK_PATH}", site.origin());
         let mut settings = OAuthSettings::from_config(server, oauth, &default_redirect)
             .map_err(|e| start_error(e.to_string()))?;
-        // Discovery and registration run under the server's network policy, as its requests do.
         let private = gateway
             .config()
             .server(server)
@@ -320,7 +318,23 @@ impl Logins {
                 origin: site.origin(),
             });
         }
+        Ok((url.clone(), settings))
+    }
 
+    /// Starts a login to `server` for `principal`, or hands out the one already waiting for its
+    /// browser if it is young enough. The tokens it brings are stored for `principal`.
+    pub async fn begin(
+        &self,
+        gateway: &Gateway,
+        server: &str,
+        principal: &Principal,
+    ) -> Result<Started, LoginError> {
+        let (url, settings) = self.settings(gateway, server)?;
+        let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
+        let start_error = |reason: String| LoginError::Start {
+            server: server.to_owned(),
+            reason,
+        };
         let principal = principal.id();
         // NUL cannot occur in a server name or principal id: the key is unambiguous.
         let _one_start_at_a_time = self

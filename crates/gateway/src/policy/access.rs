@@ -18,7 +18,7 @@ use std::{
 use catalog::{Catalog, ToolEntry};
 use serde_json::Value;
 
-use crate::{Gateway, Principal};
+use crate::{Gateway, principal::Principal};
 
 /// A principal and the profile it runs under.
 pub struct Access<'a> {

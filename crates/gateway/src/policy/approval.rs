@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use store::{Approval, ApprovalStatus, DecideError, Verdict};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Gateway, Principal};
+use crate::{Gateway, principal::Principal};
 
 /// The key of the approval form in an `input_required` result's `inputRequests`.
 pub(crate) const APPROVAL_INPUT: &str = "mcpgw_approval";

@@ -15,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{Gateway, Principal};
+use crate::{Gateway, principal::Principal};
 
 /// How often idle buckets are swept away.
 const SWEEP_EVERY: Duration = Duration::from_secs(60);

@@ -18,9 +18,10 @@ use serde_json::{Map, Value};
 
 use super::{Call, Pipeline, Record, Target};
 use crate::{
-    CallDecision, lock,
+    audit::CallDecision,
     mcp::result,
     policy::approval::{self, Answer, DecisionError},
+    sync::lock,
 };
 
 /// How the person behind one `tools/call` can be asked to approve it.
@@ -53,7 +54,7 @@ impl Asker {
         if !form {
             return Self::Wait;
         }
-        if !crate::is_modern(context) {
+        if !crate::mcp::is_modern(context) {
             return Self::Elicit {
                 peer: context.peer.clone(),
             };
@@ -410,7 +411,7 @@ mod tests {
     use store::{ApprovalStatus, CallOutcome};
 
     use super::*;
-    use crate::{AuditRecord, Principal};
+    use crate::{audit::AuditRecord, principal::Principal};
 
     fn target() -> Target {
         Target {

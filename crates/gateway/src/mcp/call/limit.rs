@@ -5,7 +5,7 @@
 use rmcp::model::CallToolResult;
 
 use super::{Invocation, server_of};
-use crate::{AuditRecord, CallDecision, Gateway, Principal, mcp::result};
+use crate::{Gateway, audit::AuditRecord, audit::CallDecision, mcp::result, principal::Principal};
 
 /// `Some(answer)` when `principal` is over its limit: the tool error saying when to retry.
 pub(crate) fn limit(

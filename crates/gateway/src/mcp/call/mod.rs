@@ -42,9 +42,12 @@ use tokio_util::sync::CancellationToken;
 use upstream::{Server, UpstreamError};
 
 use crate::{
-    Access, AuditRecord, CallDecision, Gateway,
+    Gateway,
+    audit::AuditRecord,
+    audit::CallDecision,
     mcp::{errors, relay, result},
     oauth::login::Logins,
+    policy::access::Access,
 };
 
 mod approve;

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use rmcp::model::CallToolResponse;
 
-use crate::{AuditRecord, Gateway, lock};
+use crate::{Gateway, audit::AuditRecord, sync::lock};
 
 /// The audit record of one call, while the call runs.
 #[derive(Default)]
@@ -67,7 +67,7 @@ mod tests {
     use store::{CallDecision, CallOutcome};
 
     use super::*;
-    use crate::Principal;
+    use crate::principal::Principal;
 
     fn record() -> AuditRecord {
         AuditRecord::begin(&Principal::Local, "time", "time__now", None)

@@ -75,7 +75,7 @@ mod tests {
     use store::CallOutcome;
 
     use super::*;
-    use crate::{AuditRecord, Principal};
+    use crate::{audit::AuditRecord, principal::Principal};
 
     fn record() -> Record {
         let record = Record::default();

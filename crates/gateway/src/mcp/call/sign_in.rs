@@ -20,9 +20,9 @@ use upstream::{Server, UpstreamError, oauth::LOGIN_TTL};
 
 use super::{Attempt, Call, Found, Pipeline, ToolCall};
 use crate::{
-    Principal,
     mcp::result,
     oauth::login::{self, Waited},
+    principal::Principal,
 };
 
 /// How a sign-in reaches the person behind one `tools/call`.
@@ -59,7 +59,7 @@ impl Handoff {
         if !url_elicitation {
             return Self::Text;
         }
-        if !crate::is_modern(context) {
+        if !crate::mcp::is_modern(context) {
             return Self::Elicit {
                 peer: context.peer.clone(),
                 ct: context.ct.clone(),

@@ -34,8 +34,11 @@ use upstream::{Server, UpstreamError};
 
 use super::{PAGE_SIZE, Surface, page};
 use crate::{
-    Access, Gateway, Principal, is_modern,
+    Gateway,
+    mcp::is_modern,
     mcp::{changes::Held, errors},
+    policy::access::Access,
+    principal::Principal,
 };
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.

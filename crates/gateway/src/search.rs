@@ -1,0 +1,44 @@
+//! What a search asks and finds, as the front end and the cli pass it to and take it from
+//! [`crate::Gateway::search`] (which runs it: BM25, vectors or both over the current catalog).
+
+use catalog::{Filter, SearchHit};
+
+/// One `search_tools` call, as the front end and the CLI describe it.
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub queries: Vec<String>,
+    pub top_k: usize,
+    pub filter: Filter,
+}
+
+/// The hits of a search, owned (the catalog they came from may be replaced meanwhile).
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub hits: Vec<FoundTool>,
+    /// Set when the search ran with less than the configured strategy, and why.
+    pub degraded: Option<String>,
+    pub strategy: catalog::Strategy,
+    /// Servers still making their first connection: their tools are not in the catalog yet.
+    pub starting: Vec<String>,
+    /// Tools of the searched servers held for approval (pinning): not in the catalog either.
+    pub held: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct FoundTool {
+    pub name: String,
+    pub server: String,
+    pub description: String,
+    pub score: f32,
+}
+
+impl FoundTool {
+    pub(crate) fn from_hit(hit: &SearchHit<'_>) -> Self {
+        Self {
+            name: hit.tool.qualified.to_string(),
+            server: hit.tool.server.to_string(),
+            description: hit.tool.one_line_description(),
+            score: hit.score,
+        }
+    }
+}
