@@ -265,6 +265,13 @@ pub fn time_stdio_server(name: &str) -> String {
     )
 }
 
+/// The port of `mcpgw serve`'s start-up line in `log`: `... at http://127.0.0.1:PORT/mcp`.
+fn bound_port(log: &str) -> Option<u16> {
+    let (_, rest) = log.split_once("over Streamable HTTP at http://127.0.0.1:")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
 /// A running `mcpgw serve` on a free loopback port.
 pub struct Gateway {
     pub proc: Proc,
@@ -291,19 +298,39 @@ impl Gateway {
         filter: &str,
         setup: impl FnOnce(&mut Command),
     ) -> Gateway {
-        let port = free_port();
         let log = config.dir.path().join("mcpgw.log");
         let log_file = std::fs::File::create(&log).expect("log file");
         let mut command = Command::new(mcpgw());
+        // Port 0: the kernel picks a free port as the gateway binds, and the gateway's own
+        // start-up line says which (that line is always logged, whatever `filter` says). A port
+        // picked here and bound later could be taken by another test's gateway meanwhile, and
+        // this test would then talk to that one.
         command
             .args(["serve", "--config"])
             .arg(&config.path)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("RUST_LOG", filter)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", format!("{filter},gateway::http::serve=info"))
             .stdout(Stdio::null())
             .stderr(log_file);
         setup(&mut command);
-        let proc = Proc::spawn("mcpgw serve", &mut command);
+        let mut proc = Proc::spawn("mcpgw serve", &mut command);
+        let mut port = 0;
+        wait_until("mcpgw to bind its port", Duration::from_secs(60), || {
+            if let Some(bound) = std::fs::read_to_string(&log)
+                .ok()
+                .and_then(|t| bound_port(&t))
+            {
+                port = bound;
+                return true;
+            }
+            if let Some(status) = proc.child.try_wait().ok().flatten() {
+                panic!(
+                    "mcpgw serve exited ({status}) before listening:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            false
+        });
         let gateway = Gateway {
             proc,
             port,
