@@ -341,10 +341,11 @@ fn typescript_sdk_client_keep_alive_calls_do_not_stall() {
     assert_no_stall(&report);
 }
 
-/// A keep-alive client's calls show no Nagle stall: the median under 20 ms and at most a third
-/// of the calls over 35 ms. With the stall about half the calls took 40-55 ms (the delayed ACK),
-/// so the median alone could land either side; a loaded test machine slows calls too, but not
-/// half of them past 35 ms.
+/// A keep-alive client's calls show no Nagle stall: at most a third of the calls over 35 ms, and
+/// the median under 30 ms. With the stall about half the calls took 40-55 ms (the delayed ACK),
+/// so the median alone could land either side and the share over 35 ms is what tells; a loaded
+/// 2-core CI machine slows every call too (a median of 21 ms was seen with no stall at all, 4 of
+/// 30 calls over 35 ms), but not half of them past 35 ms.
 fn assert_no_stall(report: &Value) {
     let p50 = report["p50"].as_f64().expect("p50");
     let ms: Vec<f64> = report["ms"]
@@ -355,7 +356,7 @@ fn assert_no_stall(report: &Value) {
         .collect();
     let stalled = ms.iter().filter(|&&m| m > 35.0).count();
     assert!(
-        p50 < 20.0 && stalled * 3 <= ms.len(),
+        p50 < 30.0 && stalled * 3 <= ms.len(),
         "median {p50:.1} ms, {stalled} of {} calls over 35 ms (a Nagle stall is ~40 ms): {report}",
         ms.len()
     );
