@@ -8,7 +8,8 @@ default caps refuse: a fresh gateway with max_sessions_per_principal = 100 answe
 `initialize` 429.
 
 Usage: scripts/measure-sessions.py [N]   (default 10000)
-Env:   CARGO_TARGET_DIR (where target/release/mcpgw is), MEASURE_WAIT_S (default 25)
+Env:   CARGO_TARGET_DIR (where target/release/mcpgw is), MCPGW_BIN (another binary),
+       MEASURE_WAIT_S (default 25)
 Linux only (/proc). Build first: cargo build --release --bin mcpgw
 """
 import concurrent.futures
@@ -24,7 +25,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
-BIN = os.path.join(TARGET, "release", "mcpgw")
+BIN = os.environ.get("MCPGW_BIN", os.path.join(TARGET, "release", "mcpgw"))
 INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {},
     "clientInfo": {"name": "measure", "version": "0"}}})
