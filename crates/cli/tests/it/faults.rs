@@ -3,7 +3,6 @@
 
 use std::{
     io::Write,
-    path::Path,
     process::{Command, Stdio},
     time::Duration,
 };
@@ -11,23 +10,6 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-/// A stdio server whose shell wrapper appends its pid to `pids` and then execs `command`,
-/// so the test knows exactly which processes the gateway started.
-fn recorded_server(name: &str, pids: &Path, command: &str, extra: &str) -> String {
-    format!(
-        "[[servers]]\nname = \"{name}\"\n{extra}transport = {{ type = \"stdio\", command = \"sh\", args = [\"-c\", {:?}] }}\n",
-        format!("echo $$ >> {}; exec {command}", pids.display())
-    )
-}
-
-fn recorded_pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
 
 fn echo(url: &str, message: &str) -> Value {
     py_client(

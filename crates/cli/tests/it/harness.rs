@@ -458,3 +458,20 @@ pub fn result_text(result: &Value) -> String {
 
 /// A `[gateway]` table that passes the upstream tools through under their namespaced names.
 pub const PASSTHROUGH: &str = "[gateway]\nexposure = \"passthrough\"\n";
+
+/// A stdio server whose shell wrapper appends its pid to `pids` and then execs `command`,
+/// so the test knows exactly which processes the gateway started.
+pub fn recorded_server(name: &str, pids: &Path, command: &str, extra: &str) -> String {
+    format!(
+        "[[servers]]\nname = \"{name}\"\n{extra}transport = {{ type = \"stdio\", command = \"sh\", args = [\"-c\", {:?}] }}\n",
+        format!("echo $$ >> {}; exec {command}", pids.display())
+    )
+}
+
+pub fn recorded_pids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}

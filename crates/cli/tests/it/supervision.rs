@@ -3,7 +3,6 @@
 //! fast, and a child that crashes says why in its own words.
 
 use std::{
-    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -11,22 +10,6 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::harness::*;
-
-/// A stdio server whose shell wrapper appends its pid to `pids` and then execs `command`.
-fn recorded_server(name: &str, pids: &Path, command: &str, extra: &str) -> String {
-    format!(
-        "[[servers]]\nname = \"{name}\"\n{extra}transport = {{ type = \"stdio\", command = \"sh\", args = [\"-c\", {:?}] }}\n",
-        format!("echo $$ >> {}; exec {command}", pids.display())
-    )
-}
-
-fn recorded_pids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
 
 fn server(health: &Value, name: &str) -> Value {
     health["servers"]
