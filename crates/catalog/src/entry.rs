@@ -41,7 +41,7 @@ pub struct ToolEntry {
 /// A problem never fails a build; the tool is skipped and the rest loads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
-    pub server: String,
+    pub server: ServerName,
     /// The upstream tool name when there is one.
     pub tool: Option<String>,
     pub message: String,

@@ -38,7 +38,7 @@ pub mod search;
 pub mod suggestion;
 pub mod uri;
 
-use ids::QualifiedName;
+use ids::{QualifiedName, ServerName};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -63,7 +63,7 @@ use suggestion::Candidate;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerTools {
     /// The configured server name; valid by precondition: `[A-Za-z0-9_-]`, no `__`, unique.
-    pub server: String,
+    pub server: ServerName,
     /// Shown to the search index and to models that ask what a server is for.
     pub description: Option<String>,
     /// Raw MCP `Tool` objects as received. Each is an `Arc` so that the catalog's
@@ -182,7 +182,7 @@ struct Lexical {
     /// The `server__tool` names of tools shown bare (`prefix = "when-needed"`).
     aliases: HashMap<String, usize>,
     /// Server names and descriptions in the given order, each once.
-    servers: Vec<(String, Option<String>)>,
+    servers: Vec<(ServerName, Option<String>)>,
     index: Bm25Index,
     total_token_cost: usize,
     /// Each tool's argument validator, in [`Catalog::tools`] order, compiled on first use.
@@ -238,7 +238,7 @@ impl Catalog {
         let counter = cost::Counter::load();
         let mut tools = Vec::new();
         let mut problems = Vec::new();
-        let mut listed: Vec<(String, Option<String>)> = Vec::new();
+        let mut listed: Vec<(ServerName, Option<String>)> = Vec::new();
         for upstream in servers {
             let problem = |tool: Option<&str>, error: Error| Problem {
                 server: upstream.server.clone(),
@@ -606,7 +606,7 @@ impl Catalog {
 }
 
 /// The search document of every tool, with its server's description.
-fn documents(tools: &[ToolEntry], servers: &[(String, Option<String>)]) -> Vec<Document> {
+fn documents(tools: &[ToolEntry], servers: &[(ServerName, Option<String>)]) -> Vec<Document> {
     let descriptions: HashMap<&str, &str> = servers
         .iter()
         .filter_map(|(name, description)| Some((name.as_str(), description.as_deref()?)))

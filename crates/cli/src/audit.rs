@@ -121,7 +121,7 @@ async fn list(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
         .context("the database that keeps the audit log cannot be opened")?;
     let entries = store
         .audit_entries(&store::AuditQuery {
-            principal,
+            principal: principal.map(ids::PrincipalId::from),
             since,
             limit: args.limit as usize,
         })

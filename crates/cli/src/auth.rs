@@ -131,7 +131,7 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
             continue;
         }
         if let Some(server) = servers.iter().find(|s| s.name.as_str() == row.server) {
-            wanted.push((server.name.as_str(), row.principal));
+            wanted.push((server.name.as_str(), row.principal.into_string()));
         }
     }
     let mut rows = Vec::new();

@@ -399,7 +399,7 @@ pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Resu
             .iter()
             .map(|status| {
                 let mut row = serde_json::to_value(status).unwrap_or_default();
-                row["held"] = held.get(&status.name).copied().unwrap_or(0).into();
+                row["held"] = held.get(status.name.as_str()).copied().unwrap_or(0).into();
                 row
             })
             .collect();

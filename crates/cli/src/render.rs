@@ -43,8 +43,8 @@ pub(crate) fn search_table(hits: &[gateway::FoundTool]) -> Table {
     for (i, hit) in hits.iter().enumerate() {
         table.add_row([
             (i + 1).to_string(),
-            hit.name.clone(),
-            hit.server.clone(),
+            hit.name.to_string(),
+            hit.server.to_string(),
             format!("{:.4}", hit.score),
             hit.description.clone(),
         ]);
@@ -87,7 +87,7 @@ pub(crate) fn servers_table(
                 .map(|n| format!("{n} {}", status.server_version.clone().unwrap_or_default()))
                 .unwrap_or_default(),
         };
-        match held.get(&status.name).copied().unwrap_or(0) {
+        match held.get(status.name.as_str()).copied().unwrap_or(0) {
             0 => {}
             n => {
                 if !detail.is_empty() {
@@ -100,7 +100,7 @@ pub(crate) fn servers_table(
             }
         }
         table.add_row([
-            status.name.clone(),
+            status.name.to_string(),
             state_word(status).to_owned(),
             status
                 .era

@@ -16,7 +16,6 @@ use crate::file::{
     AuditFile, AuthFile, BearerAuthFile, GatewayFile, HttpFile, NetworkFile, RetrievalFile,
     ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
 };
-use crate::server::name_problem;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
 use crate::value::looks_secret;
 use crate::{Config, ConfigError, Problem, ServerConfig, ServerName};
@@ -369,7 +368,7 @@ impl Mapper {
 
     /// `raw` sanitised into a valid, unused server name; a change is reported as a warning.
     fn server_name(&mut self, raw: &str) -> String {
-        let (mut name, mut reason) = match name_problem(raw) {
+        let (mut name, mut reason) = match ServerName::problem(raw) {
             None => (raw.to_owned(), None),
             Some(reason) => (ServerName::sanitize(raw).as_str().to_owned(), Some(reason)),
         };

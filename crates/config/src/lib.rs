@@ -43,6 +43,7 @@ pub use crate::policy::{
 };
 pub use crate::server::{
     HttpTransport, MAX_SERVER_NAME_LEN, Ping, ServerConfig, ServerName, StdioTransport, Transport,
+    parse_server_name,
 };
 pub use crate::value::Value;
 

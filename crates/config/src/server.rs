@@ -1,137 +1,26 @@
 //! Resolved upstream server settings: the name, transport and per-server limits.
 
-use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
 use url::Url;
 
 use crate::value::looks_secret;
 use crate::{Auth, ConfigError, Value};
 
-/// Longest server name. Short because it prefixes every qualified tool name, and those are
-/// capped at 64 characters by clients.
-pub const MAX_SERVER_NAME_LEN: usize = 32;
+pub use ids::ServerName;
 
-/// A server name that is valid by construction: 1..=32 of `[A-Za-z0-9_-]`, no `__`, and no
-/// leading or trailing `_`, so that `server__tool` always splits back unambiguously.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ServerName(String);
+/// Longest server name ([`ServerName::MAX_LEN`]).
+pub const MAX_SERVER_NAME_LEN: usize = ServerName::MAX_LEN;
 
-impl ServerName {
-    pub fn new(name: &str) -> Result<ServerName, ConfigError> {
-        match name_problem(name) {
-            None => Ok(ServerName(name.to_owned())),
-            Some(reason) => Err(ConfigError::BadServerName {
-                name: name.to_owned(),
-                reason,
-            }),
-        }
-    }
-
-    /// The closest valid name to `raw`: bad characters become `-`, runs of `-`/`_` collapse
-    /// (so no `__`), the ends are trimmed of `-`/`_`, at most [`MAX_SERVER_NAME_LEN`]
-    /// characters, and `server` if nothing is left. Used for names written by other tools
-    /// (`mcpServers` JSON, eval sets).
-    pub fn sanitize(raw: &str) -> ServerName {
-        let mut name = String::new();
-        for c in raw.chars() {
-            let c = if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '-'
-            };
-            if (c == '_' || c == '-') && name.ends_with(c) {
-                continue;
-            }
-            name.push(c);
-        }
-        let trim = |s: &str| s.trim_matches(['-', '_']).to_owned();
-        let name = trim(&name);
-        let name = trim(name.get(..MAX_SERVER_NAME_LEN).unwrap_or(&name));
-        if name.is_empty() {
-            ServerName("server".to_owned())
-        } else {
-            ServerName(name)
-        }
-    }
-
-    /// `name`, or `name-2`, `name-3`, ... (its stem shortened to fit) when `taken` has it.
-    pub fn unused(name: &str, taken: &[String]) -> String {
-        if !taken.iter().any(|t| t == name) {
-            return name.to_owned();
-        }
-        (2..)
-            .map(|n| {
-                let suffix = format!("-{n}");
-                let keep = MAX_SERVER_NAME_LEN - suffix.len();
-                let stem = name
-                    .get(..keep)
-                    .unwrap_or(name)
-                    .trim_end_matches(['_', '-']);
-                format!("{stem}{suffix}")
-            })
-            .find(|candidate| !taken.contains(candidate))
-            .unwrap_or_else(|| name.to_owned())
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Why `name` is not a valid server name, if it is not.
-pub(crate) fn name_problem(name: &str) -> Option<String> {
-    if name.is_empty() {
-        return Some("must not be empty".into());
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
-    {
-        return Some(format!(
-            "contains {c:?}; only letters, digits, `-` and `_` are allowed"
-        ));
-    }
-    if name.len() > MAX_SERVER_NAME_LEN {
-        return Some(format!(
-            "is {} characters long; at most {MAX_SERVER_NAME_LEN} are allowed",
-            name.len()
-        ));
-    }
-    if name.contains("__") {
-        return Some(
-            "must not contain `__`, which separates server and tool in qualified tool names".into(),
-        );
-    }
-    if name.starts_with('_') || name.ends_with('_') {
-        return Some(
-            "must not start or end with `_`, which would run into the `__` separator".into(),
-        );
-    }
-    None
-}
-
-impl fmt::Display for ServerName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl AsRef<str> for ServerName {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for ServerName {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
+/// `name` as a [`ServerName`], or the configuration error that says why it is not one.
+pub fn parse_server_name(name: &str) -> Result<ServerName, ConfigError> {
+    ServerName::parse(name).map_err(|reason| ConfigError::BadServerName {
+        name: name.to_owned(),
+        reason,
+    })
 }
 
 /// `ping_s` and `ping_misses` of one server.
@@ -229,32 +118,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn server_name_accepts_only_valid_names() {
-        let valid = [
-            "a",
-            "github",
-            "my-docs",
-            "my_docs",
-            "A1",
-            "-x-",
-            &"a".repeat(32),
-        ];
-        let invalid = ["", "a b", "a.b", "a__b", "_a", "a_", "ü", &"a".repeat(33)];
-        for name in valid {
-            assert_eq!(
-                ServerName::new(name).ok().as_ref().map(ServerName::as_str),
-                Some(name)
-            );
-        }
-        for name in invalid {
-            assert!(
-                ServerName::new(name).is_err(),
-                "{name:?} should be rejected"
-            );
-        }
-    }
-
-    #[test]
     fn http_debug_hides_url_credentials() {
         let url = Url::parse("https://me:SECRET1@host/mcp?api_key=SECRET2");
         let transport = url.map(|url| HttpTransport {
@@ -268,7 +131,7 @@ mod tests {
 
     #[test]
     fn server_name_error_names_the_reason() {
-        let err = ServerName::new("a__b").err().map(|e| e.to_string());
+        let err = parse_server_name("a__b").err().map(|e| e.to_string());
         assert_eq!(
             err.as_deref(),
             Some(

@@ -16,7 +16,6 @@ use crate::file::{
     TransportFile, ValueFile,
 };
 use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
-use crate::server::name_problem;
 use crate::value::looks_secret;
 use crate::{
     AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
@@ -472,13 +471,13 @@ impl Validator {
                 None
             }
             Some(name) => {
-                if let Some(reason) = name_problem(&name) {
+                if let Some(reason) = ServerName::problem(&name) {
                     self.problems.push(
                         Problem::new(format!("{path}.name"), format!("invalid server name `{name}`: {reason}"))
                             .hint("use 1 to 32 letters, digits, `-` and `_`, such as \"github\" or \"my-docs\""),
                     );
                 }
-                ServerName::new(&name).ok()
+                ServerName::parse(&name).ok()
             }
         };
 

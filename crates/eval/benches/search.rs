@@ -310,7 +310,7 @@ fn servers(size: usize) -> Vec<ServerTools> {
         .map(|(at, chunk)| {
             let kind = SERVERS[at % SERVERS.len()];
             ServerTools {
-                server: format!("{kind}-{at}"),
+                server: format!("{kind}-{at}").into(),
                 description: Some(format!("{kind} MCP server")),
                 tools: chunk.to_vec(),
             }

@@ -128,7 +128,7 @@ fn read_tools(path: &Path, warnings: &mut Vec<String>) -> Result<Servers, Error>
         taken.push(name.clone());
         names.insert(file.server.clone(), name.clone());
         servers.push(ServerTools {
-            server: name,
+            server: name.into(),
             description: file.description,
             tools: file.tools,
         });

@@ -44,6 +44,7 @@ pub use audit::{
     upstream_error_summary,
 };
 use catalog::{Catalog, SearchRequest, ServerTools};
+use ids::ServerName;
 pub use mcp::Front;
 use mcp::{changes, meta, relay, surface};
 pub use policy::access::{self, Access};
@@ -245,12 +246,12 @@ impl Gateway {
     }
 
     /// The servers still making their first connection, in configuration order.
-    pub fn starting_servers(&self) -> Vec<String> {
+    pub fn starting_servers(&self) -> Vec<ServerName> {
         self.upstreams
             .servers()
             .iter()
             .filter(|server| matches!(server.status().state, upstream::ServerState::Starting))
-            .map(|server| server.name().to_owned())
+            .map(|server| server.name().clone())
             .collect()
     }
 
@@ -400,7 +401,7 @@ impl Gateway {
             .servers()
             .iter()
             .map(|server| surface::ServerLists {
-                server: server.name().to_owned(),
+                server: server.name().clone(),
                 lists: self.upstreams.latest_lists(server.name()),
             })
             .collect();
@@ -563,7 +564,7 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 /// while idle is reconnected by the next call to it; this loop is for the ones nobody can call
 /// because their tools were never listed.)
 async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
-    let mut next_try: HashMap<String, (Instant, Duration)> = HashMap::new();
+    let mut next_try: HashMap<ServerName, (Instant, Duration)> = HashMap::new();
     // A scheduling tick, not a readiness wait: each server's own backoff decides when to try.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -594,7 +595,7 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
             let gateway = gateway.clone();
             tokio::spawn(async move {
                 if server.refresh_tools().await.is_ok() {
-                    tracing::info!(server = server.name(), "server is back");
+                    tracing::info!(server = %server.name(), "server is back");
                     gateway.refresh_catalog().await;
                 }
             });
@@ -728,7 +729,7 @@ async fn watch_changes(
 /// servers that never announce changes, and rebuilds the catalog when a list differs. Ends
 /// with the gateway.
 async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
-    let mut last: HashMap<String, Instant> = HashMap::new();
+    let mut last: HashMap<ServerName, Instant> = HashMap::new();
     // A scheduling tick, not a readiness wait: each server's own interval decides.
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -755,14 +756,14 @@ async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
                 match server.refresh_tools().await {
                     Ok(after) if before.as_deref() != Some(after.as_ref()) => {
                         tracing::info!(
-                            server = server.name(),
+                            server = %server.name(),
                             "periodic refresh found changed tools"
                         );
                         gateway.refresh_catalog().await;
                     }
                     Ok(_) => {}
                     Err(error) => {
-                        tracing::info!(server = server.name(), %error, "periodic refresh failed")
+                        tracing::info!(server = %server.name(), %error, "periodic refresh failed")
                     }
                 }
             });

@@ -56,8 +56,8 @@ impl StoreOAuth {
     /// Makes the store of any principal, by id: what [`upstream::Upstreams`] gives each
     /// principal's server of an OAuth upstream.
     pub fn per_principal(store: Store) -> upstream::OAuthStores {
-        Arc::new(move |id: &str| {
-            Arc::new(Self::new(store.clone(), PrincipalId::new(id))) as Arc<dyn OAuthStore>
+        Arc::new(move |id: &PrincipalId| {
+            Arc::new(Self::new(store.clone(), id.clone())) as Arc<dyn OAuthStore>
         })
     }
 

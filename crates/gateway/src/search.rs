@@ -2,6 +2,7 @@
 //! [`crate::Gateway::search`] (which runs it: BM25, vectors or both over the current catalog).
 
 use catalog::{Filter, SearchHit};
+use ids::{QualifiedName, ServerName};
 
 /// One `search_tools` call, as the front end and the CLI describe it.
 #[derive(Debug, Clone)]
@@ -19,15 +20,15 @@ pub struct Found {
     pub degraded: Option<String>,
     pub strategy: catalog::Strategy,
     /// Servers still making their first connection: their tools are not in the catalog yet.
-    pub starting: Vec<String>,
+    pub starting: Vec<ServerName>,
     /// Tools of the searched servers held for approval (pinning): not in the catalog either.
     pub held: usize,
 }
 
 #[derive(Debug, Clone)]
 pub struct FoundTool {
-    pub name: String,
-    pub server: String,
+    pub name: QualifiedName,
+    pub server: ServerName,
     pub description: String,
     pub score: f32,
 }
@@ -35,8 +36,8 @@ pub struct FoundTool {
 impl FoundTool {
     pub(crate) fn from_hit(hit: &SearchHit<'_>) -> Self {
         Self {
-            name: hit.tool.qualified.to_string(),
-            server: hit.tool.server.to_string(),
+            name: hit.tool.qualified.clone(),
+            server: hit.tool.server.clone(),
             description: hit.tool.one_line_description(),
             score: hit.score,
         }

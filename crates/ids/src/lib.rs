@@ -1,8 +1,9 @@
 //! The identifiers every mcpgw crate passes around, as types rather than bare `String`s, so
 //! that a server name cannot be handed where a tool name or a principal is meant:
 //!
-//! - [`ServerName`]: a configured upstream server (`[A-Za-z0-9_-]`, no `__`; `config`
-//!   validates it);
+//! - [`ServerName`]: a configured upstream server: 1 to 32 of `[A-Za-z0-9_-]`, no `__`, no
+//!   leading or trailing `_`, so `server__tool` always splits back ([`ServerName::parse`]
+//!   checks that; `config` parses every name it reads with it);
 //! - [`QualifiedName`]: a tool as clients see it, `server__tool`, or the bare upstream name
 //!   under `prefix = "when-needed"` (`catalog::naming` assigns it);
 //! - [`PrincipalId`]: who calls, as per-principal state is keyed: `local`, `client:NAME` or
@@ -10,7 +11,9 @@
 //!
 //! Invariants: each is a plain string underneath (`#[serde(transparent)]`, the same text in
 //! the database, in JSON and in logs); each reads as `&str` (`Deref`, `Borrow`), so maps keyed
-//! by one are looked up with a `&str`, and compares equal to the same text. No dependencies but
+//! by one are looked up with a `&str`, and compares equal to the same text. `new` and `From`
+//! take the text as it is (names read back from mcpgw's own database or from a checked
+//! configuration); text from outside goes through [`ServerName::parse`]. No dependencies but
 //! serde.
 
 use std::{borrow::Borrow, fmt, ops::Deref};
@@ -18,7 +21,7 @@ use std::{borrow::Borrow, fmt, ops::Deref};
 macro_rules! identifier {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[derive(serde::Serialize, serde::Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
@@ -53,6 +56,14 @@ macro_rules! identifier {
         impl Borrow<str> for $name {
             fn borrow(&self) -> &str {
                 &self.0
+            }
+        }
+
+        /// As the text in quotes, like a `String`: logs and messages read the same as before
+        /// the type existed.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
             }
         }
 
@@ -115,6 +126,18 @@ macro_rules! identifier {
                 *self == other.0
             }
         }
+
+        impl PartialEq<&$name> for $name {
+            fn eq(&self, other: &&$name) -> bool {
+                self.0 == other.0
+            }
+        }
+
+        impl PartialEq<$name> for &$name {
+            fn eq(&self, other: &$name) -> bool {
+                self.0 == other.0
+            }
+        }
     };
 }
 
@@ -132,6 +155,100 @@ identifier!(
     /// limits) is keyed: `local`, `client:NAME` or `user:SUBJECT`.
     PrincipalId
 );
+
+impl ServerName {
+    /// Longest server name. Short because it prefixes every qualified tool name, and those are
+    /// capped at 64 characters by clients.
+    pub const MAX_LEN: usize = 32;
+
+    /// `name` when it is a valid server name; else why not, in words.
+    pub fn parse(name: &str) -> Result<ServerName, String> {
+        match Self::problem(name) {
+            None => Ok(ServerName(name.to_owned())),
+            Some(reason) => Err(reason),
+        }
+    }
+
+    /// Why `name` is not a valid server name, if it is not.
+    pub fn problem(name: &str) -> Option<String> {
+        if name.is_empty() {
+            return Some("must not be empty".into());
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+        {
+            return Some(format!(
+                "contains {c:?}; only letters, digits, `-` and `_` are allowed"
+            ));
+        }
+        if name.len() > Self::MAX_LEN {
+            return Some(format!(
+                "is {} characters long; at most {} are allowed",
+                name.len(),
+                Self::MAX_LEN
+            ));
+        }
+        if name.contains("__") {
+            return Some(
+                "must not contain `__`, which separates server and tool in qualified tool names"
+                    .into(),
+            );
+        }
+        if name.starts_with('_') || name.ends_with('_') {
+            return Some(
+                "must not start or end with `_`, which would run into the `__` separator".into(),
+            );
+        }
+        None
+    }
+
+    /// The closest valid name to `raw`: bad characters become `-`, runs of `-`/`_` collapse
+    /// (so no `__`), the ends are trimmed of `-`/`_`, at most [`Self::MAX_LEN`] characters,
+    /// and `server` if nothing is left. Used for names written by other tools (`mcpServers`
+    /// JSON, eval sets).
+    pub fn sanitize(raw: &str) -> ServerName {
+        let mut name = String::new();
+        for c in raw.chars() {
+            let c = if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            };
+            if (c == '_' || c == '-') && name.ends_with(c) {
+                continue;
+            }
+            name.push(c);
+        }
+        let trim = |s: &str| s.trim_matches(['-', '_']).to_owned();
+        let name = trim(&name);
+        let name = trim(name.get(..Self::MAX_LEN).unwrap_or(&name));
+        if name.is_empty() {
+            ServerName("server".to_owned())
+        } else {
+            ServerName(name)
+        }
+    }
+
+    /// `name`, or `name-2`, `name-3`, ... (its stem shortened to fit) when `taken` has it.
+    pub fn unused(name: &str, taken: &[String]) -> String {
+        if !taken.iter().any(|t| t == name) {
+            return name.to_owned();
+        }
+        (2..)
+            .map(|n| {
+                let suffix = format!("-{n}");
+                let keep = Self::MAX_LEN - suffix.len();
+                let stem = name
+                    .get(..keep)
+                    .unwrap_or(name)
+                    .trim_end_matches(['_', '-']);
+                format!("{stem}{suffix}")
+            })
+            .find(|candidate| !taken.contains(candidate))
+            .unwrap_or_else(|| name.to_owned())
+    }
+}
 
 impl PrincipalId {
     /// The id of the person running mcpgw on this machine (stdio, the cli, an open loopback
@@ -160,6 +277,11 @@ mod tests {
         assert_eq!("time", server);
         assert_eq!(server.len(), 4, "str methods through Deref");
         assert_eq!(format!("{server}"), "time");
+        assert_eq!(
+            format!("{server:?}"),
+            "\"time\"",
+            "Debug reads like a String's"
+        );
         let by_name: HashMap<ServerName, u8> = HashMap::from([(server.clone(), 1)]);
         assert_eq!(by_name.get("time"), Some(&1), "looked up by &str");
         assert_eq!(String::from(server), "time");
@@ -176,5 +298,33 @@ mod tests {
         assert_eq!(back, tool);
         assert!(PrincipalId::local().is_local());
         assert!(!PrincipalId::new("client:ci").is_local());
+    }
+
+    #[test]
+    fn server_name_accepts_only_valid_names() {
+        let valid = [
+            "a",
+            "github",
+            "my-docs",
+            "my_docs",
+            "A1",
+            "-x-",
+            &"a".repeat(32),
+        ];
+        let invalid = ["", "a b", "a.b", "a__b", "_a", "a_", "ü", &"a".repeat(33)];
+        for name in valid {
+            assert_eq!(ServerName::parse(name).ok().as_deref(), Some(name));
+        }
+        for name in invalid {
+            assert!(
+                ServerName::parse(name).is_err(),
+                "{name:?} should be rejected"
+            );
+        }
+        assert_eq!(ServerName::sanitize("My Server!").as_str(), "My-Server");
+        assert_eq!(ServerName::sanitize("__").as_str(), "server");
+        let taken = vec!["x".to_owned(), "x-2".to_owned()];
+        assert_eq!(ServerName::unused("x", &taken), "x-3");
+        assert_eq!(ServerName::unused("y", &taken), "y");
     }
 }

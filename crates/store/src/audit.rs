@@ -146,7 +146,7 @@ pub struct AuditEntry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AuditQuery {
     /// Only this principal's calls (`client:ci`, `local`, ...).
-    pub principal: Option<String>,
+    pub principal: Option<PrincipalId>,
     /// Only calls that arrived at or after this time.
     pub since: Option<SystemTime>,
     pub limit: usize,
@@ -288,7 +288,7 @@ impl Store {
                             outcome, latency_ms, error
                      FROM audit WHERE principal = ? ORDER BY at_ms DESC, id DESC LIMIT ?",
                 )
-                .bind(principal)
+                .bind(principal.as_str())
                 .bind(limit)
                 .fetch_all(&self.pool)
                 .await?,
@@ -298,7 +298,7 @@ impl Store {
                      FROM audit WHERE principal = ? AND at_ms >= ?
                      ORDER BY at_ms DESC, id DESC LIMIT ?",
                 )
-                .bind(principal)
+                .bind(principal.as_str())
                 .bind(since)
                 .bind(limit)
                 .fetch_all(&self.pool)
@@ -491,7 +491,7 @@ mod tests {
 
     fn query(principal: Option<&str>, since_ms: Option<u64>, limit: usize) -> AuditQuery {
         AuditQuery {
-            principal: principal.map(str::to_owned),
+            principal: principal.map(PrincipalId::from),
             since: since_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             limit,
         }

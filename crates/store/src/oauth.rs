@@ -6,6 +6,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use ids::{PrincipalId, ServerName};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Row as _;
 
@@ -42,8 +43,8 @@ pub struct Credentials {
 /// What can be shown about stored credentials without decrypting them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CredentialStatus {
-    pub server: String,
-    pub principal: String,
+    pub server: ServerName,
+    pub principal: PrincipalId,
     pub issuer: String,
     pub expires_at: Option<SystemTime>,
     pub updated_at: SystemTime,
@@ -53,8 +54,8 @@ pub struct CredentialStatus {
 /// callback.
 #[derive(Debug)]
 pub struct AuthState {
-    pub server: String,
-    pub principal: String,
+    pub server: ServerName,
+    pub principal: PrincipalId,
     /// What the callback needs (the PKCE verifier and the like), as the caller serialised it.
     pub payload: SecretString,
 }
@@ -285,8 +286,8 @@ impl Store {
             .map(|row| {
                 let expires_at: Option<i64> = row.try_get("expires_at")?;
                 Ok(CredentialStatus {
-                    server: row.try_get("server")?,
-                    principal: row.try_get("principal")?,
+                    server: row.try_get::<String, _>("server")?.into(),
+                    principal: row.try_get::<String, _>("principal")?.into(),
                     issuer: row.try_get("issuer")?,
                     expires_at: expires_at.map(from_unix_seconds),
                     updated_at: from_unix_seconds(row.try_get("updated_at")?),
@@ -307,8 +308,8 @@ impl Store {
              VALUES (?, ?, ?, ?, unixepoch())",
         )
         .bind(state)
-        .bind(&auth.server)
-        .bind(&auth.principal)
+        .bind(auth.server.as_str())
+        .bind(auth.principal.as_str())
         .bind(sealed)
         .execute(&self.pool)
         .await?;
@@ -342,8 +343,8 @@ impl Store {
         // The row is gone: nothing left to report again.
         self.secrets.forget(&row);
         Ok(payload.map(|payload| AuthState {
-            server,
-            principal,
+            server: server.into(),
+            principal: principal.into(),
             payload,
         }))
     }
@@ -451,8 +452,8 @@ mod tests {
 
     fn state(server: &str, payload: &str) -> AuthState {
         AuthState {
-            server: server.to_owned(),
-            principal: "alice".to_owned(),
+            server: server.into(),
+            principal: "alice".into(),
             payload: SecretString::from(payload),
         }
     }

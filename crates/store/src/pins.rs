@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use ids::{QualifiedName, ServerName};
 use serde_json::Value;
 use sqlx::Row as _;
 use sqlx::sqlite::SqliteRow;
@@ -49,9 +50,9 @@ pub struct SeenTool<'a> {
 /// One pinned tool with its definitions.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolPin {
-    pub server: String,
+    pub server: ServerName,
     pub tool: String,
-    pub qualified: String,
+    pub qualified: QualifiedName,
     pub trusted: TrustedDefinition,
     /// The changed definition waiting for approval, if any.
     pub pending: Option<TrustedDefinition>,
@@ -281,8 +282,8 @@ fn tool_pin(row: &SqliteRow) -> Result<ToolPin, StoreError> {
         None => None,
     };
     Ok(ToolPin {
-        qualified: row.try_get("qualified")?,
-        server,
+        qualified: row.try_get::<String, _>("qualified")?.into(),
+        server: server.into(),
         tool,
         trusted,
         pending,

@@ -34,6 +34,7 @@ use std::{error::Error as StdError, sync::Arc};
 
 use config::Auth;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use ids::{PrincipalId, ServerName};
 use netguard::{Policy, Refusal};
 // Sampling and logging are deprecated by SEP-2577 but still part of every revision relayed.
 #[allow(deprecated)]
@@ -81,15 +82,15 @@ use crate::{
 /// them (see [`crate::call`]); others go to mcpgw's log at debug level.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
-    server: String,
-    principal: String,
+    server: ServerName,
+    principal: PrincipalId,
     events: Events,
     /// The tool calls in flight on this server's sessions, shared by every session it opens.
     pub(crate) calls: Arc<InFlight>,
 }
 
 impl UpstreamClient {
-    pub(crate) fn new(server: String, principal: String, events: Events) -> Self {
+    pub(crate) fn new(server: ServerName, principal: PrincipalId, events: Events) -> Self {
         Self {
             server,
             principal,
@@ -364,7 +365,7 @@ async fn connect_with(
     max_response_bytes: usize,
     child: &mut Option<ChildWatch>,
 ) -> Result<Connected, UpstreamError> {
-    let server = config.name.to_string();
+    let server = config.name.clone();
     let backlog = handler.calls.backlog.clone();
     let mut oversized = None;
     if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
@@ -484,9 +485,9 @@ pub(crate) fn response_too_large(error: &(dyn StdError + 'static)) -> bool {
     false
 }
 
-fn client_error(server: &str, error: &reqwest::Error) -> UpstreamError {
+fn client_error(server: &ServerName, error: &reqwest::Error) -> UpstreamError {
     UpstreamError::Connect {
-        server: server.to_owned(),
+        server: server.clone(),
         reason: format!("cannot build the HTTP client: {error}"),
     }
 }
@@ -501,7 +502,7 @@ pub(crate) fn refused(config: &config::ServerConfig, refusal: &Refusal) -> Upstr
         config::Transport::Stdio(_) => refusal.clone(),
     };
     UpstreamError::Refused {
-        server: config.name.to_string(),
+        server: config.name.clone(),
         refusal: refusal.to_string(),
     }
 }
@@ -541,21 +542,21 @@ fn request_headers(
     config: &config::ServerConfig,
     http_config: &config::HttpTransport,
 ) -> Result<HeaderMap, UpstreamError> {
-    let server = config.name.as_str();
+    let server = &config.name;
     let mut map = HeaderMap::new();
     for (name, value) in &http_config.headers {
         let header_name =
             HeaderName::from_bytes(name.as_bytes()).map_err(|_| UpstreamError::Header {
-                server: server.to_owned(),
+                server: server.clone(),
                 name: name.clone(),
             })?;
         let secret = value.resolve().map_err(|e| UpstreamError::Secret {
-            server: server.to_owned(),
+            server: server.clone(),
             reason: e.to_string(),
         })?;
         let mut header_value =
             HeaderValue::from_str(secret.expose_secret()).map_err(|_| UpstreamError::Header {
-                server: server.to_owned(),
+                server: server.clone(),
                 name: name.clone(),
             })?;
         // All of them: a plain value from a served JSON file may be a credential too, and
@@ -570,7 +571,7 @@ fn request_headers(
         .is_some_and(|name| map.contains_key(name));
     if overridden {
         tracing::debug!(
-            server,
+            %server,
             auth = %config.auth,
             "a custom header replaces the auth strategy's header"
         );
@@ -583,11 +584,11 @@ fn request_headers(
 /// The header of a `bearer` or `header` strategy, read from the environment now. `oauth`
 /// sends none from here: its access token comes from the OAuth flow.
 fn strategy_header(
-    server: &str,
+    server: &ServerName,
     auth: &Auth,
 ) -> Result<Option<(HeaderName, HeaderValue)>, UpstreamError> {
     let credential = auth.credential().map_err(|e| UpstreamError::Secret {
-        server: server.to_owned(),
+        server: server.clone(),
         reason: e.to_string(),
     })?;
     let Some(credential) = credential else {
@@ -595,12 +596,12 @@ fn strategy_header(
     };
     let name =
         HeaderName::from_bytes(credential.name.as_bytes()).map_err(|_| UpstreamError::Header {
-            server: server.to_owned(),
+            server: server.clone(),
             name: credential.name.clone(),
         })?;
     let mut value = HeaderValue::from_str(credential.value.expose_secret()).map_err(|_| {
         UpstreamError::Secret {
-            server: server.to_owned(),
+            server: server.clone(),
             reason: format!(
                 "environment variable {} holds characters that cannot be sent in an HTTP header",
                 auth.env_var().unwrap_or("?")
@@ -618,7 +619,7 @@ pub(crate) fn unauthorized(
     error: &(dyn StdError + 'static),
 ) -> Option<UpstreamError> {
     let challenge = challenge_in(error)?;
-    let server = config.name.to_string();
+    let server = config.name.clone();
     let oauth_offered = has_resource_metadata(&challenge);
     if matches!(config.auth, Auth::OAuth(_)) {
         return Some(UpstreamError::OAuthRequired { server });
@@ -657,7 +658,7 @@ pub(crate) fn auth_failure(
                 other => other.to_string(),
             };
             return Some(UpstreamError::OAuthRefresh {
-                server: config.name.to_string(),
+                server: config.name.clone(),
                 reason,
             });
         }
@@ -755,7 +756,7 @@ fn classify_init_error(
     if let Some(error) = init_unauthorized(config, &error) {
         return error;
     }
-    let server = config.name.to_string();
+    let server = config.name.clone();
     match error {
         E::ConnectionClosed(reason) => UpstreamError::Connect {
             server,
@@ -1016,7 +1017,7 @@ mod tests {
             changes: tokio::sync::mpsc::unbounded_channel().0,
             updates: tokio::sync::broadcast::channel(1).0,
         };
-        let handler = UpstreamClient::new(server.name.to_string(), "local".to_owned(), events);
+        let handler = UpstreamClient::new(server.name.clone(), PrincipalId::local(), events);
         match connect(
             &server,
             &policy,

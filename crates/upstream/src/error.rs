@@ -2,49 +2,51 @@
 
 use std::time::Duration;
 
+use ids::ServerName;
+
 /// Messages are lower-case, name the server where it helps, and never contain header or
 /// environment values (they may be secrets).
 #[derive(Debug, thiserror::Error, Clone)]
 pub enum UpstreamError {
     #[error("server '{server}' is disabled in the configuration")]
-    Disabled { server: String },
+    Disabled { server: ServerName },
     #[error("could not start '{command}': {reason}")]
     Spawn { command: String, reason: String },
     #[error("secret for server '{server}' is not available: {reason}")]
-    Secret { server: String, reason: String },
+    Secret { server: ServerName, reason: String },
     #[error("invalid header '{name}' for server '{server}'")]
-    Header { server: String, name: String },
+    Header { server: ServerName, name: String },
     #[error("could not connect to '{server}': {reason}")]
-    Connect { server: String, reason: String },
+    Connect { server: ServerName, reason: String },
     /// mcpgw's network policy (`[network] allow`, `allow_private_network`) refused a URL or an
     /// address this server's connection needed: its configured URL, an SSE endpoint, a redirect,
     /// what its host name resolved to, or an OAuth endpoint. `refusal` is the guard's message,
     /// which names the configuration line that would allow it; nothing was sent.
     #[error("network policy blocks '{server}': {refusal}")]
-    Refused { server: String, refusal: String },
+    Refused { server: ServerName, refusal: String },
     #[error("'{server}' did not answer within {}s", after.as_secs_f32())]
-    Timeout { server: String, after: Duration },
+    Timeout { server: ServerName, after: Duration },
     /// The caller cancelled the request; the server was told (`notifications/cancelled`).
     #[error("the request to '{server}' was cancelled")]
-    Cancelled { server: String },
+    Cancelled { server: ServerName },
     #[error("connection to '{server}' was lost: {reason}")]
-    Closed { server: String, reason: String },
+    Closed { server: ServerName, reason: String },
     #[error("'{server}' returned error {code}: {message}")]
     Rpc {
-        server: String,
+        server: ServerName,
         code: i32,
         message: String,
         data: Option<serde_json::Value>,
     },
     #[error("'{server}' answered with something that is not a valid MCP result: {reason}")]
-    Protocol { server: String, reason: String },
+    Protocol { server: ServerName, reason: String },
     /// One message from the server was larger than `[limits] response_bytes`: it was not read
     /// past the limit, and the request it answered failed.
     #[error(
         "'{server}' sent a response larger than the {} limit ([limits] response_bytes); it was not read",
         human_bytes(.limit)
     )]
-    ResponseTooLarge { server: String, limit: usize },
+    ResponseTooLarge { server: ServerName, limit: usize },
     /// HTTP 401 to the credentials mcpgw sent. `credential` says where they came from: the
     /// environment variable (`GITHUB_TOKEN`), or `header X-Api-Key` for an inline value.
     #[error(
@@ -52,7 +54,7 @@ pub enum UpstreamError {
         oauth_note(.server, .oauth_offered)
     )]
     CredentialsRejected {
-        server: String,
+        server: ServerName,
         credential: String,
         /// The 401 pointed at OAuth protected resource metadata (RFC 9728).
         oauth_offered: bool,
@@ -61,31 +63,31 @@ pub enum UpstreamError {
     #[error(
         "server '{server}' requires credentials (HTTP 401) and none are configured (hint: give it auth = {{ type = \"bearer\", env = \"VAR\" }} or the header its documentation names)"
     )]
-    CredentialsMissing { server: String },
+    CredentialsMissing { server: ServerName },
     /// HTTP 401 pointing at OAuth protected resource metadata (RFC 9728), or any 401 for a
     /// server configured for OAuth: a (new) sign-in is needed.
     #[error("server '{server}' answered HTTP 401: OAuth required, run `mcpgw auth login {server}`")]
-    OAuthRequired { server: String },
+    OAuthRequired { server: ServerName },
     /// The access token was due for a refresh and the refresh failed without a verdict on the
     /// grant (network, server error, unreadable answer): the sign-in is kept, no login asked for.
     #[error(
         "server '{server}': the OAuth access token could not be refreshed ({reason}); the sign-in is kept and the next request tries again"
     )]
-    OAuthRefresh { server: String, reason: String },
+    OAuthRefresh { server: ServerName, reason: String },
     /// OAuth cannot work for this server as things stand (no database for its tokens, an
     /// unusable setting).
     #[error("OAuth for server '{server}' is not usable: {reason}")]
-    OAuthUnavailable { server: String, reason: String },
+    OAuthUnavailable { server: ServerName, reason: String },
     /// Every one of the per-principal sessions an OAuth server may have is in use (see
     /// `Upstreams::for_principal`): a new principal must wait until one is idle.
     #[error(
         "server '{server}' already has sessions for {limit} principals, the most it keeps; try again in a few minutes"
     )]
-    TooManyPrincipals { server: String, limit: usize },
+    TooManyPrincipals { server: ServerName, limit: usize },
     /// A stdio server stopped answering `ping` (SIGSTOPped, deadlocked, swapping): mcpgw ended
     /// its process group and starts it again. `reason` says how many pings went unanswered.
     #[error("server '{server}' is unresponsive: {reason}; mcpgw is restarting it")]
-    Unresponsive { server: String, reason: String },
+    Unresponsive { server: ServerName, reason: String },
     /// `cause`, with what the stdio child adds to it: how it ended and the end of its stderr
     /// (scrubbed), e.g. a Python server's `ModuleNotFoundError` and `exit status 1`.
     #[error("{cause}; {words}")]

@@ -51,6 +51,7 @@ use std::{
 
 pub use call::{Answer, Ask, Asked, CallOptions, Progress};
 pub use error::UpstreamError;
+use ids::{PrincipalId, ServerName};
 use oauth::OAuthStore;
 pub use server::{Era, Lists, MAX_CALL, Server, ServerState, ServerStatus, ToolList};
 use tokio::sync::{broadcast, mpsc};
@@ -62,7 +63,7 @@ pub const MAX_PRINCIPALS: usize = 1000;
 pub const PRINCIPAL_IDLE: Duration = Duration::from_secs(10 * 60);
 
 /// Makes the OAuth token store of one principal, by principal id.
-pub type OAuthStores = Arc<dyn Fn(&str) -> Arc<dyn OAuthStore> + Send + Sync>;
+pub type OAuthStores = Arc<dyn Fn(&PrincipalId) -> Arc<dyn OAuthStore> + Send + Sync>;
 
 /// Every enabled upstream server of one configuration, in configuration order, and the
 /// per-principal servers of those configured for OAuth.
@@ -70,7 +71,7 @@ pub struct Upstreams {
     servers: Vec<Arc<Server>>,
     /// For each server configured for OAuth, by name: its servers for principals other than
     /// `local`, by principal id.
-    principals: HashMap<String, Mutex<HashMap<String, Arc<Server>>>>,
+    principals: HashMap<ServerName, Mutex<HashMap<PrincipalId, Arc<Server>>>>,
     oauth: Option<OAuthStores>,
     events: Events,
     max_response_bytes: usize,
@@ -80,9 +81,9 @@ pub struct Upstreams {
 /// session or a 2026-07-28 `subscriptions/listen` stream).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolsChanged {
-    pub server: String,
-    /// The principal whose session said so ([`ids::PrincipalId::LOCAL`] for a shared server).
-    pub principal: String,
+    pub server: ServerName,
+    /// The principal whose session said so ([`PrincipalId::LOCAL`] for a shared server).
+    pub principal: PrincipalId,
     /// Which list.
     pub list: ListKind,
 }
@@ -91,9 +92,9 @@ pub struct ToolsChanged {
 /// (`notifications/resources/updated`, on a legacy session or a 2026-07-28 listen stream).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceUpdated {
-    pub server: String,
-    /// The principal whose session said so ([`ids::PrincipalId::LOCAL`] for a shared server).
-    pub principal: String,
+    pub server: ServerName,
+    /// The principal whose session said so ([`PrincipalId::LOCAL`] for a shared server).
+    pub principal: PrincipalId,
     /// The resource's URI as the server knows it.
     pub uri: String,
 }
@@ -143,10 +144,10 @@ impl Upstreams {
                 let policy = Arc::new(network.for_server(s.name.as_str(), s.allow_private_network));
                 Arc::new(Server::new(
                     s.clone(),
-                    ids::PrincipalId::LOCAL,
+                    &PrincipalId::local(),
                     policy,
                     events.clone(),
-                    oauth.as_ref().map(|stores| stores(ids::PrincipalId::LOCAL)),
+                    oauth.as_ref().map(|stores| stores(&PrincipalId::local())),
                     max_response_bytes,
                 ))
             })
@@ -154,7 +155,7 @@ impl Upstreams {
         let principals = servers
             .iter()
             .filter(|s| matches!(s.config().auth, config::Auth::OAuth(_)))
-            .map(|s| (s.name().to_owned(), Mutex::new(HashMap::new())))
+            .map(|s| (s.name().clone(), Mutex::new(HashMap::new())))
             .collect();
         Self {
             servers,
@@ -188,16 +189,12 @@ impl Upstreams {
     pub fn for_principal(
         &self,
         name: &str,
-        principal: &str,
+        principal: &PrincipalId,
     ) -> Result<Option<Arc<Server>>, UpstreamError> {
         let Some(shared) = self.get(name) else {
             return Ok(None);
         };
-        let Some(own) = self
-            .principals
-            .get(name)
-            .filter(|_| principal != ids::PrincipalId::LOCAL)
-        else {
+        let Some(own) = self.principals.get(name).filter(|_| !principal.is_local()) else {
             return Ok(Some(shared.clone()));
         };
         let mut own = lock(own);
@@ -211,7 +208,7 @@ impl Upstreams {
                 "refused a session for one more principal"
             );
             return Err(UpstreamError::TooManyPrincipals {
-                server: name.to_owned(),
+                server: shared.name().clone(),
                 limit: MAX_PRINCIPALS,
             });
         }
@@ -223,7 +220,7 @@ impl Upstreams {
             self.oauth.as_ref().map(|stores| stores(principal)),
             self.max_response_bytes,
         ));
-        own.insert(principal.to_owned(), server.clone());
+        own.insert(principal.clone(), server.clone());
         Ok(Some(server))
     }
 
@@ -279,8 +276,8 @@ impl Upstreams {
         for server in candidates {
             if server.disconnect_if_idle(now, PRINCIPAL_IDLE).await {
                 tracing::debug!(
-                    server = server.name(),
-                    principal = server.principal(),
+                    server = %server.name(),
+                    principal = %server.principal(),
                     "closed an idle per-principal session"
                 );
                 closed += 1;
@@ -325,7 +322,7 @@ impl Upstreams {
 
 /// Drops the entry of one principal that nobody holds, has no session and runs nothing, the
 /// longest idle first; false when every entry is in use.
-fn make_room(own: &mut HashMap<String, Arc<Server>>, now: Instant) -> bool {
+fn make_room(own: &mut HashMap<PrincipalId, Arc<Server>>, now: Instant) -> bool {
     let evictable = own
         .iter()
         .filter(|(_, server)| Arc::strong_count(server) == 1 && !server.is_connected())
@@ -366,8 +363,8 @@ mod tests {
         let config = config::parse_toml(CONFIG, std::path::Path::new("t.toml")).expect("config");
         let asked = Arc::new(Mutex::new(Vec::new()));
         let seen = asked.clone();
-        let stores: OAuthStores = Arc::new(move |principal: &str| {
-            lock(&seen).push(principal.to_owned());
+        let stores: OAuthStores = Arc::new(move |principal: &PrincipalId| {
+            lock(&seen).push(principal.to_string());
             Arc::new(oauth::MemoryOAuthStore::default()) as Arc<dyn OAuthStore>
         });
         let (changes, _) = mpsc::unbounded_channel();
@@ -380,7 +377,7 @@ mod tests {
 
     fn server(upstreams: &Upstreams, name: &str, principal: &str) -> Arc<Server> {
         upstreams
-            .for_principal(name, principal)
+            .for_principal(name, &PrincipalId::new(principal))
             .expect("room")
             .expect("configured")
     }
@@ -423,7 +420,7 @@ mod tests {
         assert_eq!(plain.principal(), ids::PrincipalId::LOCAL);
         assert!(
             upstreams
-                .for_principal("nope", "client:alice")
+                .for_principal("nope", &PrincipalId::new("client:alice"))
                 .expect("no error")
                 .is_none()
         );
@@ -435,7 +432,8 @@ mod tests {
         let held: Vec<Arc<Server>> = (0..MAX_PRINCIPALS)
             .map(|i| server(&upstreams, "docs", &format!("user:{i}")))
             .collect();
-        let Err(refused) = upstreams.for_principal("docs", "user:one-more") else {
+        let Err(refused) = upstreams.for_principal("docs", &PrincipalId::new("user:one-more"))
+        else {
             panic!("a principal beyond the bound was admitted");
         };
         assert_eq!(

@@ -5,6 +5,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use ids::{PrincipalId, ServerName};
 use netguard::Policy;
 use rmcp::{
     model::{
@@ -81,7 +82,7 @@ pub enum ServerState {
 /// A snapshot of everything known about one server.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServerStatus {
-    pub name: String,
+    pub name: ServerName,
     #[serde(flatten)]
     pub state: ServerState,
     pub era: Option<Era>,
@@ -123,7 +124,7 @@ pub struct Server {
     config: config::ServerConfig,
     /// Whose session this is: `local` for the server every non-OAuth caller shares, else the
     /// principal id whose OAuth tokens it sends (see [`crate::Upstreams::for_principal`]).
-    principal: String,
+    principal: PrincipalId,
     /// Where this server's connections may go: the global allowlist plus its own
     /// `allow_private_network`, for its transport and its OAuth alike.
     policy: Arc<Policy>,
@@ -156,17 +157,17 @@ pub struct Server {
 impl Server {
     pub(crate) fn new(
         config: config::ServerConfig,
-        principal: &str,
+        principal: &PrincipalId,
         policy: Arc<Policy>,
         events: Events,
         oauth_store: Option<Arc<dyn OAuthStore>>,
         max_response_bytes: usize,
     ) -> Self {
-        let name = config.name.to_string();
+        let name = config.name.clone();
         Self {
-            handler: UpstreamClient::new(name.clone(), principal.to_owned(), events),
+            handler: UpstreamClient::new(name.clone(), principal.clone(), events),
             config,
-            principal: principal.to_owned(),
+            principal: principal.clone(),
             policy,
             max_response_bytes,
             oauth_store,
@@ -200,8 +201,8 @@ impl Server {
         }
     }
 
-    pub fn name(&self) -> &str {
-        self.config.name.as_ref()
+    pub fn name(&self) -> &ServerName {
+        &self.config.name
     }
 
     pub fn config(&self) -> &config::ServerConfig {
@@ -209,7 +210,7 @@ impl Server {
     }
 
     /// The principal id this server's session acts for (`local` for the shared one).
-    pub fn principal(&self) -> &str {
+    pub fn principal(&self) -> &PrincipalId {
         &self.principal
     }
 
@@ -453,7 +454,7 @@ impl Server {
                     if !idempotent && was_open {
                         return Err(error);
                     }
-                    tracing::info!(server = self.name(), %error, "session lost, reconnecting once");
+                    tracing::info!(server = %self.name(), %error, "session lost, reconnecting once");
                     retried = true;
                 }
                 Err(error) => {
@@ -554,7 +555,7 @@ impl Server {
             status.last_change = Some(SystemTime::now());
         }
         tracing::info!(
-            server = self.name(),
+            server = %self.name(),
             era = ?connected.era,
             ms = started.elapsed().as_millis() as u64,
             "upstream connected"
@@ -746,7 +747,7 @@ impl Server {
             .words()
             .unwrap_or_else(|| format!("the process ended with {exit}"));
         tracing::warn!(
-            server = self.name(),
+            server = %self.name(),
             pid = child.pid,
             %exit,
             "stdio upstream exited; it is restarted with backoff"
@@ -782,7 +783,7 @@ impl Server {
         if missed < ping.misses {
             if missed > 0 {
                 tracing::info!(
-                    server = self.name(),
+                    server = %self.name(),
                     missed,
                     "upstream did not answer a ping"
                 );
@@ -795,7 +796,7 @@ impl Server {
             ping.every.as_secs_f32()
         );
         tracing::warn!(
-            server = self.name(),
+            server = %self.name(),
             %reason,
             "upstream unresponsive; ending its process and restarting it"
         );

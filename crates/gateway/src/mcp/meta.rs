@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use catalog::{Catalog, Filter};
+use ids::ServerName;
 
 use crate::{search::Found, search::Search};
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
@@ -23,7 +24,7 @@ pub(crate) const MAX_QUERIES: usize = 10;
 const INCLUDE: [&str; 3] = ["tools", "resources", "prompts"];
 
 /// The meta-tools, with `search_tools` describing the servers that are searchable right now.
-pub(crate) fn tools(servers: &[(String, Option<String>)]) -> Vec<Tool> {
+pub(crate) fn tools(servers: &[(ServerName, Option<String>)]) -> Vec<Tool> {
     let server_list = if servers.is_empty() {
         "No servers are connected yet.".to_owned()
     } else {

@@ -481,7 +481,7 @@ async fn drive(
                 Ask::Sample(_) => "sampling/createMessage",
             };
             tracing::info!(
-                server = running.server.name(),
+                server = %running.server.name(),
                 what,
                 "the calling client cannot answer the server's request"
             );
@@ -590,7 +590,7 @@ fn expire_later(gateway: std::sync::Weak<Gateway>, id: String) {
         if let Some(call) = gateway.parked.expire(&id) {
             let server = call.running.server.name().to_owned();
             tracing::info!(
-                server,
+                %server,
                 "a parked call was not resumed in time; cancelled upstream"
             );
             if let Some(record) = call.audit {

@@ -30,6 +30,7 @@ use catalog::{
     naming::{self, Namer, Prefix},
     uri,
 };
+use ids::ServerName;
 use retrieval::{Bm25Index, DocId, Document, Field};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
@@ -42,7 +43,7 @@ pub(crate) const PAGE_SIZE: usize = 100;
 /// One resource or resource template as listed.
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
-    pub server: String,
+    pub server: ServerName,
     /// The upstream's object with its `uri` (or `uriTemplate`) as clients see it.
     pub shown: Value,
     /// The `uri` (or `uriTemplate`) as the upstream wrote it.
@@ -52,7 +53,7 @@ pub(crate) struct Item {
 /// One prompt as listed.
 #[derive(Debug, Clone)]
 pub(crate) struct Prompt {
-    pub server: String,
+    pub server: ServerName,
     /// The name clients see.
     pub name: String,
     /// The `server__prompt` name, which reaches it too when `name` is bare.
@@ -65,7 +66,7 @@ pub(crate) struct Prompt {
 
 /// One server's lists, as the snapshot is built from them.
 pub(crate) struct ServerLists {
-    pub server: String,
+    pub server: ServerName,
     pub lists: Option<Arc<upstream::Lists>>,
 }
 
@@ -73,9 +74,9 @@ pub(crate) struct ServerLists {
 pub(crate) struct Surface {
     /// Every enabled server, in configuration order (listed items or not: a template's
     /// expansion may name any of them).
-    servers: Vec<String>,
+    servers: Vec<ServerName>,
     /// Under `prefix = "when-needed"` with one server: that server, and URIs are its own.
-    passthrough: Option<String>,
+    passthrough: Option<ServerName>,
     resources: Vec<Item>,
     templates: Vec<Item>,
     prompts: Vec<Prompt>,
@@ -91,7 +92,7 @@ pub(crate) struct Surface {
 impl Surface {
     /// Builds the snapshot from every enabled server's lists, in configuration order.
     pub(crate) fn build(servers: &[ServerLists], prefix: Prefix) -> Surface {
-        let names: Vec<String> = servers.iter().map(|s| s.server.clone()).collect();
+        let names: Vec<ServerName> = servers.iter().map(|s| s.server.clone()).collect();
         let passthrough = match (prefix, names.as_slice()) {
             (Prefix::WhenNeeded, [only]) => Some(only.clone()),
             _ => None,
@@ -387,7 +388,7 @@ fn item(
     let mut shown = raw.clone();
     shown[key] = Value::String(show(server, original));
     Some(Item {
-        server: server.to_owned(),
+        server: server.into(),
         shown,
         original: original.to_owned(),
     })
@@ -431,7 +432,7 @@ fn prompts(servers: &[ServerLists], prefix: Prefix) -> Vec<Prompt> {
             let mut shown = raw.clone();
             shown["name"] = Value::String(name.clone());
             out.push(Prompt {
-                server: server.to_owned(),
+                server: server.into(),
                 name,
                 prefixed,
                 upstream_name,
@@ -459,7 +460,7 @@ fn item_document(item: &Item) -> Document {
                 Field::Name,
                 format!("{} {}", string(raw, "name"), string(raw, "title")),
             ),
-            (Field::Server, item.server.clone()),
+            (Field::Server, item.server.to_string()),
             (Field::Description, string(raw, "description").to_owned()),
             // The URI's words (`demo`, `static`, `document`, `architecture`) say what it is.
             (Field::ParamName, item.original.clone()),
@@ -485,7 +486,7 @@ fn prompt_document(prompt: &Prompt) -> Document {
                 Field::Name,
                 format!("{} {}", prompt.upstream_name, string(raw, "title")),
             ),
-            (Field::Server, prompt.server.clone()),
+            (Field::Server, prompt.server.to_string()),
             (Field::Description, string(raw, "description").to_owned()),
             (Field::ParamName, argument_text("name")),
             (Field::ParamDescription, argument_text("description")),
@@ -501,7 +502,7 @@ mod tests {
 
     fn everything(name: &str) -> ServerLists {
         ServerLists {
-            server: name.to_owned(),
+            server: name.into(),
             lists: Some(Arc::new(upstream::Lists {
                 resources: vec![
                     json!({"uri": "demo://resource/static/document/architecture.md", "name": "architecture.md", "description": "Static document file exposed from /docs: architecture.md", "mimeType": "text/markdown"}),
@@ -526,7 +527,7 @@ mod tests {
 
     fn time() -> ServerLists {
         ServerLists {
-            server: "time".to_owned(),
+            server: "time".into(),
             lists: Some(Arc::new(upstream::Lists {
                 prompts: vec![
                     json!({"name": "timezone-help", "description": "Explain a time zone"}),

@@ -36,6 +36,7 @@ use axum::{
     response::{Html, IntoResponse, Response},
     routing::get,
 };
+use ids::ServerName;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -141,7 +142,7 @@ impl Site {
 /// A login handed out: the URL to open and how long it is good for.
 #[derive(Clone, Debug)]
 pub struct Started {
-    pub server: String,
+    pub server: ServerName,
     pub authorization_url: String,
     pub redirect_uri: String,
     pub expires_at: SystemTime,
@@ -157,12 +158,12 @@ pub enum LoginError {
     NoStore,
     /// The server's configured `redirect_uri` leads somewhere this gateway does not listen.
     ForeignRedirect {
-        server: String,
+        server: ServerName,
         redirect_uri: String,
         origin: String,
     },
     Start {
-        server: String,
+        server: ServerName,
         reason: String,
     },
 }
@@ -298,7 +299,7 @@ impl Logins {
             .map_err(|why| LoginError::Unavailable(*why))?;
         let (url, oauth) = oauth_server(gateway.config(), server).map_err(LoginError::NotOAuth)?;
         let start_error = |reason: String| LoginError::Start {
-            server: server.to_owned(),
+            server: server.into(),
             reason,
         };
         let default_redirect = format!("{}{CALLBACK_PATH}", site.origin());
@@ -313,7 +314,7 @@ impl Logins {
             .map_err(|_| start_error("the redirect URI is not a URL".to_owned()))?;
         if !site.serves(&redirect_uri) {
             return Err(LoginError::ForeignRedirect {
-                server: server.to_owned(),
+                server: server.into(),
                 redirect_uri: settings.redirect_uri.clone(),
                 origin: site.origin(),
             });
@@ -332,7 +333,7 @@ impl Logins {
         let (url, settings) = self.settings(gateway, server)?;
         let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
         let start_error = |reason: String| LoginError::Start {
-            server: server.to_owned(),
+            server: server.into(),
             reason,
         };
         let principal = principal.id();
@@ -365,7 +366,7 @@ impl Logins {
         let state = super::callback::state_of(&authorization_url)
             .ok_or_else(|| start_error("the authorization URL carries no state".to_owned()))?;
         let pending = Pending {
-            server: server.to_owned(),
+            server: server.into(),
             principal: principal.clone(),
             state,
             started: Instant::now(),
@@ -469,7 +470,7 @@ impl Logins {
         );
         match outcome {
             Ok(outcome) => {
-                tracing::info!(server, %principal, scopes = %outcome.scopes.join(" "), "signed in");
+                tracing::info!(%server, %principal, scopes = %outcome.scopes.join(" "), "signed in");
                 if let Ok(Some(upstream)) = gateway.upstreams().for_principal(&server, &principal) {
                     let gateway = gateway.clone();
                     tokio::spawn(async move {
@@ -492,7 +493,7 @@ impl Logins {
                 )
             }
             Err(reason) => {
-                tracing::warn!(server, %principal, %reason, "sign-in failed");
+                tracing::warn!(%server, %principal, %reason, "sign-in failed");
                 (
                     StatusCode::BAD_REQUEST,
                     browser_page(&format!(
@@ -591,7 +592,7 @@ pub(crate) fn parse_request_state(state: &str) -> Option<(&str, u64)> {
 // Waiting logins
 
 struct Pending<L> {
-    server: String,
+    server: ServerName,
     /// Whose tokens the login brings: the principal id that started it.
     principal: ids::PrincipalId,
     /// The `state` of the authorization request: the key the callback is matched by.
@@ -810,7 +811,7 @@ mod tests {
 
     fn pending_for(server: &str, principal: &str, state: &str, started: Instant) -> Pending<()> {
         Pending {
-            server: server.to_owned(),
+            server: server.into(),
             principal: principal.into(),
             state: state.to_owned(),
             started,

@@ -16,6 +16,7 @@ use std::{
 };
 
 use catalog::{Catalog, ToolEntry};
+use ids::ServerName;
 use serde_json::Value;
 
 use crate::{Gateway, principal::Principal};
@@ -195,13 +196,13 @@ impl<'a> Access<'a> {
     }
 
     /// Names of the servers the caller may see, with descriptions, in configuration order.
-    pub fn servers(&self) -> Vec<(String, Option<String>)> {
+    pub fn servers(&self) -> Vec<(ServerName, Option<String>)> {
         self.gateway
             .upstreams()
             .servers()
             .iter()
             .filter(|s| self.permits_server(s.name()))
-            .map(|s| (s.name().to_owned(), s.config().description.clone()))
+            .map(|s| (s.name().clone(), s.config().description.clone()))
             .collect()
     }
 
@@ -266,7 +267,7 @@ mod tests {
 
     fn entry(server: &str, name: &str, annotations: Value) -> ToolEntry {
         let (catalog, _) = Catalog::build(&[catalog::ServerTools {
-            server: server.to_owned(),
+            server: server.into(),
             description: None,
             tools: vec![
                 json!({

@@ -35,6 +35,7 @@ use std::{
 };
 
 use catalog::{ServerTools, naming::Namer};
+use ids::QualifiedName;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use store::{PinHash, SeenTool};
@@ -77,8 +78,8 @@ impl HeldTool {
     pub fn from_pin(pin: store::ToolPin) -> Option<HeldTool> {
         let pending = pin.pending?;
         Some(HeldTool {
-            qualified: pin.qualified.into(),
-            server: pin.server.into(),
+            qualified: pin.qualified,
+            server: pin.server,
             upstream_name: pin.tool,
             trusted: pin.trusted.definition,
             new: pending.definition,
@@ -292,7 +293,7 @@ struct Looked<'a> {
     index: (usize, usize),
     server: &'a str,
     name: &'a str,
-    qualified: String,
+    qualified: QualifiedName,
     definition: Value,
     hash: PinHash,
 }
@@ -406,7 +407,7 @@ fn look(lists: &[ServerTools]) -> Vec<Looked<'_>> {
                 index: (s, t),
                 server: &list.server,
                 name,
-                qualified: namer.assign(&list.server, name),
+                qualified: namer.assign(&list.server, name).into(),
                 hash: definition_hash(&definition),
                 definition,
             });
@@ -740,7 +741,7 @@ mod tests {
     #[test]
     fn holding_a_tool_drops_every_copy_of_its_name_only() {
         let lists = vec![ServerTools {
-            server: "srv".to_owned(),
+            server: "srv".into(),
             description: None,
             tools: vec![
                 echo("one").into(),

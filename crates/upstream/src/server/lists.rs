@@ -86,7 +86,7 @@ impl Server {
                 (Ok(items), Which::Templates) => lists.resource_templates = items,
                 (Ok(items), Which::Prompts) => lists.prompts = items,
                 (Err(error), _) => {
-                    tracing::warn!(server = self.name(), list = ?which, %error, "listing failed; keeping the last good list");
+                    tracing::warn!(server = %self.name(), list = ?which, %error, "listing failed; keeping the last good list");
                     failure.get_or_insert(error);
                 }
             }

@@ -12,6 +12,7 @@
 //! a watcher task owns the child and publishes its exit ([`ChildWatch::exit`]) the moment it
 //! happens, which is how a crashed or killed server is noticed without waiting for a call.
 
+use ids::ServerName;
 use std::{
     collections::VecDeque,
     process::Stdio,
@@ -170,7 +171,7 @@ fn raise(current: &mut Order, to: Order) -> bool {
 }
 
 pub(crate) fn spawn(
-    server: &str,
+    server: &ServerName,
     config: &config::StdioTransport,
 ) -> Result<StdioChild, UpstreamError> {
     let mut command = tokio::process::Command::new(&config.command);
@@ -178,7 +179,7 @@ pub(crate) fn spawn(
     let mut secrets = Vec::new();
     for (name, value) in &config.env {
         let secret = value.resolve().map_err(|e| UpstreamError::Secret {
-            server: server.to_owned(),
+            server: server.clone(),
             reason: e.to_string(),
         })?;
         command.env(name, secret.expose_secret());
@@ -212,7 +213,7 @@ pub(crate) fn spawn(
     let stdin = child.stdin().take().ok_or_else(pipes_missing)?;
     let stdout = child.stdout().take().ok_or_else(pipes_missing)?;
     let stderr = child.stderr().take();
-    tracing::debug!(server, pid, "started stdio upstream");
+    tracing::debug!(%server, pid, "started stdio upstream");
     let tail = Arc::new(StderrTail::new(secrets));
     if let Some(stderr) = stderr {
         let server = server.to_owned();

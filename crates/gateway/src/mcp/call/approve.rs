@@ -117,7 +117,7 @@ impl Pipeline<'_> {
         if let Asker::InputRequired { retry: Some(retry) } = &call.ask
             && let Ok(Some(pending)) = store.approval(&retry.id).await
             && pending.principal == call.access.principal.id()
-            && &pending.tool == tool
+            && pending.tool == tool
         {
             return self.settle_retry(call, target, pending, retry).await;
         }

@@ -198,7 +198,7 @@ impl Pipeline<'_> {
             Ok(ElicitationAction::Accept) => {}
             Ok(action) => return Err(refused(name, &action)),
             Err(why) => {
-                tracing::warn!(server = name, error = %why, "the client did not take the sign-in elicitation");
+                tracing::warn!(server = %name, error = %why, "the client did not take the sign-in elicitation");
                 return Err(open());
             }
         }

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 
+use ids::ServerName;
 use rmcp::{
     ErrorData as McpError, RoleServer,
     model::{
@@ -246,7 +247,7 @@ pub(crate) async fn complete(
             else {
                 return Err(not_found(&reference.uri, modern));
             };
-            let server = server.to_owned();
+            let server = ServerName::from(server);
             reference.uri = original.into_owned();
             server
         }
@@ -391,7 +392,7 @@ mod tests {
 
     fn rpc(code: i32) -> UpstreamError {
         UpstreamError::Rpc {
-            server: "s".to_owned(),
+            server: "s".into(),
             code,
             message: "nope".to_owned(),
             data: None,
@@ -409,7 +410,7 @@ mod tests {
         assert_eq!(code(rpc(-32022), true), -32603, "a protocol-level code");
         assert_eq!(code(rpc(-32601), false), -32603);
         let timeout = UpstreamError::Timeout {
-            server: "s".to_owned(),
+            server: "s".into(),
             after: std::time::Duration::from_secs(3),
         };
         let error = failed("s", "test", timeout, false);
