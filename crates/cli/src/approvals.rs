@@ -11,7 +11,10 @@ use serde_json::{Map, Value};
 
 use store::time::duration_words;
 
-use crate::{Failure, command::load_config};
+use crate::{
+    Failure,
+    command::{load_config, open_database},
+};
 
 /// Who the CLI decides as: the local operator.
 const DECIDER: &str = "local";
@@ -163,12 +166,7 @@ fn shorten(text: &str, max: usize) -> String {
 }
 
 async fn open_store(config_path: Option<&Path>) -> Result<store::Store, Failure> {
-    let config = load_config(config_path)?;
-    let path = gateway::store_path(&config.store);
-    let store = store::Store::open(&path)
-        .await
-        .context("the database that keeps approvals cannot be opened")?;
-    Ok(store)
+    open_database(&load_config(config_path)?, "approvals").await
 }
 
 #[cfg(test)]

@@ -14,9 +14,12 @@ use std::{
 use anyhow::{Context, anyhow};
 use serde_json::json;
 
-use store::time::{from_unix_millis, unix_millis};
+use store::time::unix_millis;
 
-use crate::{Failure, command::load_config};
+use crate::{
+    Failure,
+    command::{load_config, open_database},
+};
 
 /// How many records are shown unless `--limit` says otherwise.
 const DEFAULT_LIMIT: u32 = 50;
@@ -67,10 +70,7 @@ async fn prune(config_path: Option<&Path>) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    let path = gateway::store_path(&config.store);
-    let store = store::Store::open(&path)
-        .await
-        .context("the database that keeps the audit log cannot be opened")?;
+    let store = open_database(&config, "the audit log").await?;
     let removed = gateway::prune_audit_log(&store, &retention, SystemTime::now()).await;
     store.close().await;
     let removed = removed.context("cannot prune the audit log")?;
@@ -115,10 +115,7 @@ async fn list(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
         .transpose()
         .map_err(Failure::usage)?;
     let config = load_config(config_path)?;
-    let path = gateway::store_path(&config.store);
-    let store = store::Store::open(&path)
-        .await
-        .context("the database that keeps the audit log cannot be opened")?;
+    let store = open_database(&config, "the audit log").await?;
     let entries = store
         .audit_entries(&store::AuditQuery {
             principal: principal.map(ids::PrincipalId::from),
@@ -247,139 +244,31 @@ fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
 /// An RFC 3339 date-time (`T` or a space between date and time, fractional seconds, `Z` or an
 /// offset), or a bare date meaning its midnight UTC.
 fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let bytes = text.as_bytes();
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let part = text.get(range)?;
-        part.bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| part.parse().ok())?
-    };
-    if bytes.len() < 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Some(time.with_timezone(&chrono::Utc).into());
+    }
+    // chrono's RFC 3339 parser reads exactly `YYYY-MM-DD`: no shorter year or month.
+    if text.len() != 10 {
         return None;
     }
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    if !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
-        return None;
-    }
-    let days = days_from_civil(year, month, day);
-    if bytes.len() == 10 {
-        return Some(from_unix_millis(days * 86_400_000));
-    }
-    if !matches!(bytes[10], b'T' | b't' | b' ')
-        || bytes.len() < 20
-        || bytes[13] != b':'
-        || bytes[16] != b':'
-    {
-        return None;
-    }
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut rest = text.get(19..)?;
-    let mut millis = 0;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
-        }
-        let padded = format!("{:0<3}", &fraction[..digits.min(3)]);
-        millis = padded.parse::<i64>().ok()?;
-        rest = &fraction[digits..];
-    }
-    let offset_minutes = match rest {
-        "Z" | "z" => 0,
-        _ => {
-            let sign = match rest.as_bytes().first()? {
-                b'+' => 1,
-                b'-' => -1,
-                _ => return None,
-            };
-            if rest.len() != 6 || rest.as_bytes()[3] != b':' {
-                return None;
-            }
-            let (h, m) = (
-                rest.get(1..3)?.parse::<i64>().ok()?,
-                rest.get(4..6)?.parse::<i64>().ok()?,
-            );
-            if !(0..=23).contains(&h) || !(0..=59).contains(&m) {
-                return None;
-            }
-            sign * (h * 60 + m)
-        }
-    };
-    // A leap second reads as the last second of its minute.
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second.min(59) - offset_minutes * 60;
-    Some(from_unix_millis(seconds * 1000 + millis))
+    let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+    Some(date.and_time(chrono::NaiveTime::MIN).and_utc().into())
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC, or `YYYY-MM-DDTHH:MM:SS.mmmZ` when `rfc3339`.
 fn utc(time: SystemTime, rfc3339: bool) -> String {
-    let ms = unix_millis(time);
-    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (year, month, day) = civil_from_days(days);
-    let (h, m, s, milli) = (
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000,
-    );
+    let time = chrono::DateTime::<chrono::Utc>::from(time);
     if rfc3339 {
-        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+        time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     } else {
-        format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}:{s:02}")
+        time.format("%Y-%m-%d %H:%M:%S").to_string()
     }
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date of a day number since 1970-01-01 (the inverse of [`days_from_civil`]).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    (
-        if month <= 2 {
-            year_of_era + era * 400 + 1
-        } else {
-            year_of_era + era * 400
-        },
-        month,
-        day,
-    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use store::time::from_unix_millis;
 
     fn at(ms: i64) -> SystemTime {
         from_unix_millis(ms)
@@ -434,10 +323,6 @@ mod tests {
         assert_eq!(utc(at(1_748_779_200_250), true), "2025-06-01T12:00:00.250Z");
         assert_eq!(utc(at(1_709_164_800_000), false), "2024-02-29 00:00:00");
         assert_eq!(utc(at(-1), true), "1969-12-31T23:59:59.999Z");
-        for days in [-800_000, -1, 0, 59, 60, 365, 11_016, 20_000, 2_932_896] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
-        }
     }
 
     fn entries() -> Vec<store::AuditEntry> {

@@ -11,7 +11,10 @@ use secrecy::ExposeSecret;
 
 use store::time::duration_words;
 
-use crate::{Failure, command::load_config};
+use crate::{
+    Failure,
+    command::{load_config, open_database},
+};
 
 pub(crate) async fn add(config_path: Option<&Path>, name: &str) -> Result<(), Failure> {
     if !store::is_valid_client_name(name) {
@@ -81,12 +84,7 @@ pub(crate) async fn remove(config_path: Option<&Path>, name: &str) -> Result<(),
 }
 
 async fn open_store(config_path: Option<&Path>) -> Result<store::Store, Failure> {
-    let config = load_config(config_path)?;
-    let path = gateway::store_path(&config.store);
-    let store = store::Store::open(&path)
-        .await
-        .context("the database that keeps client keys cannot be opened")?;
-    Ok(store)
+    open_database(&load_config(config_path)?, "client keys").await
 }
 
 fn ago(time: SystemTime) -> String {

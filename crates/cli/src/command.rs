@@ -13,6 +13,19 @@ pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Fai
     config::load(&path).map_err(Failure::usage)
 }
 
+/// mcpgw's database as the configuration at `config` names it; `keeps` says what the command
+/// wanted from it, for the error when it cannot be opened.
+pub(crate) async fn open_database(
+    config: &config::Config,
+    keeps: &str,
+) -> Result<store::Store, Failure> {
+    let path = gateway::store_path(&config.store);
+    store::Store::open(&path)
+        .await
+        .with_context(|| format!("the database that keeps {keeps} cannot be opened"))
+        .map_err(Failure::from)
+}
+
 /// Builds the gateway and connects every server, with a progress bar on stderr.
 async fn started_gateway(config: config::Config) -> Arc<Gateway> {
     start_gateway(Gateway::open(config).await).await

@@ -12,7 +12,10 @@ use gateway::HeldTool;
 
 use store::time::duration_words;
 
-use crate::{Failure, command::load_config};
+use crate::{
+    Failure,
+    command::{load_config, open_database},
+};
 
 pub(crate) async fn held(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
     let held = held_tools(&open_store(config_path).await?).await?;
@@ -100,12 +103,7 @@ async fn held_tools(store: &store::Store) -> Result<Vec<HeldTool>, Failure> {
 }
 
 async fn open_store(config_path: Option<&Path>) -> Result<store::Store, Failure> {
-    let config = load_config(config_path)?;
-    gateway::open_store(&config.store).await.ok_or_else(|| {
-        Failure::from(anyhow!(
-            "the database that keeps the tool pins cannot be opened (see the warning above)"
-        ))
-    })
+    open_database(&load_config(config_path)?, "the tool pins").await
 }
 
 fn changed_words(tool: &HeldTool) -> String {
