@@ -1,37 +1,23 @@
 //! `mcpgw auth`: signing in to upstream servers configured for OAuth, and what is stored.
 //!
-//! `login` runs the authorization-code flow with a loopback redirect (RFC 8252): it listens on
-//! 127.0.0.1 (the gateway's `oauth::callback` server takes the browser's return), prints the authorization URL (and opens it when asked to and able), waits for
-//! the browser to come back with the code, and exchanges it. Tokens go to the store, sealed,
-//! for the local principal; the gateway reads them from there. `status` also lists the sign-ins
+//! `login` runs the gateway's local sign-in (`gateway::oauth::local`: the authorization-code
+//! flow with a loopback redirect, tokens sealed into the store for the local principal, where
+//! the gateway reads them); this file prints the authorization URL, opens it when asked to and
+//! able, and says how the sign-in ended. `status` also lists the sign-ins
 //! other principals (clients and users of a shared gateway) made through the gateway. Nothing
 //! here prints or logs a token, the code, or a client secret.
 
-use std::{
-    io::IsTerminal,
-    net::{Ipv4Addr, Ipv6Addr, SocketAddr},
-    path::Path,
-    sync::Arc,
-    time::SystemTime,
-};
+use std::{io::IsTerminal, path::Path, sync::Arc, time::SystemTime};
 
 use anyhow::{Context, anyhow};
 use gateway::oauth::{
     StoreOAuth,
-    callback::{serve_callbacks, state_of},
+    local::{LocalLogin, LocalLoginError},
 };
 use store::time::duration_words;
-use tokio::net::TcpListener;
-use upstream::oauth::{
-    CredentialStatus, LOGIN_TTL, LoginCallback, MemoryLoginStates, OAuthSettings, OAuthStore,
-    ServerCredentials, StateStore, finish_login, start_login,
-};
-use url::Url;
+use upstream::oauth::{CredentialStatus, LOGIN_TTL, OAuthStore, ServerCredentials};
 
 use crate::{Failure, command::load_config};
-
-/// The path mcpgw's own redirect URI uses when the configuration names none.
-const CALLBACK_PATH: &str = "/callback";
 
 pub(crate) async fn login(
     config_path: Option<&Path>,
@@ -40,48 +26,19 @@ pub(crate) async fn login(
     port: Option<u16>,
 ) -> Result<(), Failure> {
     let config = load_config(config_path)?;
-    let (server_url, oauth) = oauth_server(&config, name)?;
-    let (listener, redirect_uri) = callback_listener(oauth.redirect_uri.as_ref(), port).await?;
-    let store = open_store(&config).await?;
-    let credentials = ServerCredentials::new(store, name);
-    let mut settings = OAuthSettings::from_config(name, oauth, redirect_uri.as_str())
-        .map_err(|e| anyhow!("{e}"))?;
-    // The sign-in's requests run under the server's network policy, as the gateway's do.
-    let private = config.server(name).is_some_and(|s| s.allow_private_network);
-    settings.policy = Arc::new(config.network.policy().for_server(name, private));
-    // The login starts and finishes in this process: its state need not outlive it.
-    let states: Arc<dyn StateStore> = Arc::new(MemoryLoginStates::default());
-    let (authorization_url, pending) =
-        start_login(server_url.as_str(), &settings, &credentials, states, None)
-            .await
-            .with_context(|| format!("cannot start the sign-in to '{name}'"))?;
-    let state = state_of(&authorization_url)
-        .ok_or_else(|| anyhow!("the authorization URL carries no state"))?;
-
+    let login = LocalLogin::start(&config, name, port)
+        .await
+        .map_err(login_failure)?;
     eprintln!(
-        "Sign in to '{name}' in your browser:\n\n  {authorization_url}\n\nWaiting up to {} minutes for the browser to come back to {redirect_uri} ...",
-        LOGIN_TTL.as_secs() / 60
+        "Sign in to '{name}' in your browser:\n\n  {}\n\nWaiting up to {} minutes for the browser to come back to {} ...",
+        login.authorization_url(),
+        LOGIN_TTL.as_secs() / 60,
+        login.redirect_uri()
     );
     if !no_browser && std::io::stdout().is_terminal() {
-        open_browser(&authorization_url);
+        open_browser(login.authorization_url());
     }
-
-    let mut callbacks = serve_callbacks(listener, redirect_uri.clone(), state);
-    let mut callback = tokio::time::timeout(LOGIN_TTL, callbacks.recv())
-        .await
-        .map_err(|_| {
-            anyhow!(
-                "no sign-in arrived within {} minutes; run `mcpgw auth login {name}` again",
-                LOGIN_TTL.as_secs() / 60
-            )
-        })?
-        .ok_or_else(|| anyhow!("the callback listener stopped"))?;
-    let url = std::mem::take(&mut callback.url);
-    let outcome = finish_login(pending, LoginCallback::Url(url)).await;
-    callback.answer(name, outcome.is_ok());
-    callbacks.close().await;
-    let outcome = outcome.with_context(|| format!("sign-in to '{name}' failed"))?;
-
+    let outcome = login.finish(LOGIN_TTL).await.map_err(login_failure)?;
     let scopes = if outcome.scopes.is_empty() {
         "none".to_owned()
     } else {
@@ -236,61 +193,13 @@ pub(crate) async fn logout(
     Ok(())
 }
 
-/// The URL and OAuth settings of server `name`, which must be an `http` server configured for
-/// OAuth; anything else is a usage error.
-fn oauth_server<'a>(
-    config: &'a config::Config,
-    name: &str,
-) -> Result<(&'a Url, &'a config::OAuthConfig), Failure> {
-    gateway::oauth::oauth_server(config, name).map_err(|e| Failure::usage(anyhow!("{e}")))
-}
-
-async fn open_store(config: &config::Config) -> Result<Arc<dyn OAuthStore>, Failure> {
-    let store = StoreOAuth::open_local(&config.store)
-        .await
-        .context("the database that keeps sign-ins cannot be opened")?;
-    Ok(store)
-}
-
-/// Listens for the browser's return: on the configured redirect URI's port, else on `port`,
-/// else on one the system picks. Returns the listener and the redirect URI it serves.
-async fn callback_listener(
-    configured: Option<&Url>,
-    port: Option<u16>,
-) -> Result<(TcpListener, Url), Failure> {
-    let (addr, redirect_uri) = match configured {
-        Some(url) => {
-            // Validation guarantees http, a loopback host and an explicit port.
-            let configured_port = url.port().unwrap_or(80);
-            if let Some(port) = port.filter(|p| *p != configured_port) {
-                return Err(Failure::usage(anyhow!(
-                    "--port {port} differs from the port of the configured redirect_uri {url}; leave --port out"
-                )));
-            }
-            let ip = match url.host() {
-                Some(url::Host::Ipv6(_)) => Ipv6Addr::LOCALHOST.into(),
-                _ => Ipv4Addr::LOCALHOST.into(),
-            };
-            (SocketAddr::new(ip, configured_port), url.clone())
-        }
-        None => (
-            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port.unwrap_or(0)),
-            // Replaced below once the port is known.
-            Url::parse("http://127.0.0.1/").map_err(|e| anyhow!(e))?,
-        ),
-    };
-    let listener = TcpListener::bind(addr).await.with_context(|| {
-        format!(
-            "cannot listen on {addr} for the browser's return (hint: pick another port with --port)"
-        )
-    })?;
-    let redirect_uri = if configured.is_some() {
-        redirect_uri
+/// A sign-in that could not start or finish: a usage error when the command is at fault.
+fn login_failure(error: LocalLoginError) -> Failure {
+    if error.is_usage() {
+        Failure::usage(anyhow!("{error}"))
     } else {
-        let port = listener.local_addr()?.port();
-        Url::parse(&format!("http://127.0.0.1:{port}{CALLBACK_PATH}")).map_err(|e| anyhow!(e))?
-    };
-    Ok((listener, redirect_uri))
+        Failure::from(anyhow!("{error}"))
+    }
 }
 
 /// Asks the desktop to open `url`. Best effort: the URL is printed anyway.
@@ -357,31 +266,4 @@ fn status_table(rows: &[(&str, String, CredentialStatus)]) -> comfy_table::Table
         ]);
     }
     table
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_configured_redirect_uri_fixes_the_port() {
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            probe.local_addr().expect("addr").port()
-        };
-        let configured = Url::parse(&format!("http://127.0.0.1:{port}/oauth/cb")).expect("url");
-        let (listener, redirect_uri) = callback_listener(Some(&configured), Some(port))
-            .await
-            .ok()
-            .expect("listen");
-        assert_eq!(redirect_uri, configured);
-        assert_eq!(listener.local_addr().expect("addr").port(), port);
-        drop(listener);
-        assert!(
-            callback_listener(Some(&configured), Some(port.wrapping_add(1)))
-                .await
-                .is_err(),
-            "--port cannot contradict the configuration"
-        );
-    }
 }

@@ -1,6 +1,7 @@
 //! OAuth for upstreams on the gateway's side: persistence over the store ([`StoreOAuth`]), the
-//! sign-ins the gateway starts itself ([`login`]), and the small pieces `mcpgw auth` shares with
-//! them (which servers can be signed in to, the status document, the browser's page).
+//! sign-ins the gateway starts itself for its clients ([`login`]), the sign-in of the person at
+//! this machine that `mcpgw auth login` runs ([`local`]), and the pieces they share (which
+//! servers can be signed in to, the browser's return, the status document, the browser's page).
 //!
 //! Tokens are kept per (server, principal), each principal seeing the store through its own
 //! [`StoreOAuth`]; client registrations per (issuer, redirect URI), shared by every server and
@@ -12,6 +13,7 @@
 //! are in reach: rmcp's credential record is serialised as the store's opaque document.
 
 pub mod callback;
+pub mod local;
 pub mod login;
 
 use std::{
@@ -348,6 +350,8 @@ impl fmt::Display for NotAnOAuthServer {
         }
     }
 }
+
+impl std::error::Error for NotAnOAuthServer {}
 
 /// The URL and OAuth settings of server `name`, which must be an `http` server configured for
 /// OAuth: what `mcpgw auth login` and the gateway's own sign-ins start from.
