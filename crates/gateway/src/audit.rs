@@ -130,6 +130,19 @@ impl Gateway {
     /// [`writer`]); without a database the record only reaches the debug log.
     pub fn audit(&self, record: AuditRecord) {
         let entry = record.into_entry();
+        // A name the catalog does not list came from the client: not a label value.
+        let tool = if self.catalog().get(&entry.tool).is_some() {
+            entry.tool.as_str()
+        } else {
+            crate::metrics::UNLISTED
+        };
+        self.metrics().call(
+            &entry.server,
+            tool,
+            entry.decision.as_str(),
+            entry.outcome.as_str(),
+            entry.latency,
+        );
         tracing::debug!(
             principal = %entry.principal,
             tool = %entry.tool,

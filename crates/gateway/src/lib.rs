@@ -19,6 +19,7 @@
 mod audit;
 mod http;
 mod mcp;
+pub mod metrics;
 pub mod oauth;
 mod policy;
 mod principal;
@@ -108,6 +109,8 @@ pub struct Gateway {
     /// Every upstream's resources, templates and prompts as clients see them; rebuilt with the
     /// catalog and when a server's lists change.
     surface: RwLock<Arc<surface::Surface>>,
+    /// What `/metrics` serves.
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl Gateway {
@@ -149,6 +152,7 @@ impl Gateway {
             parked: relay::Parked::default(),
             first_search_waited: std::sync::atomic::AtomicBool::new(false),
             surface: RwLock::new(Arc::new(surface::Surface::default())),
+            metrics: Arc::new(metrics::Metrics::new()),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
@@ -271,6 +275,19 @@ impl Gateway {
     /// Runs one search with the configured strategy. Vector and hybrid searches embed the
     /// queries first; when that is impossible or fails, BM25 answers and `degraded` says why.
     pub async fn search(&self, search: &Search) -> Found {
+        let started = std::time::Instant::now();
+        let found = self.run_search(search).await;
+        // What answered: BM25 when a vector or hybrid search had to fall back.
+        let strategy = match found.degraded {
+            Some(_) => catalog::Strategy::Bm25,
+            None => found.strategy,
+        };
+        self.metrics.search(strategy.as_str(), started.elapsed());
+        found
+    }
+
+    /// [`Gateway::search`] without the metrics.
+    async fn run_search(&self, search: &Search) -> Found {
         let mut catalog = self.catalog();
         let retrieval = &self.config.retrieval;
         let strategy = match retrieval.strategy {
@@ -430,6 +447,37 @@ impl Gateway {
     }
 
     /// The current catalog snapshot.
+    /// The gateway's metrics (sessions report to them from the HTTP listener).
+    pub fn metrics(&self) -> &Arc<metrics::Metrics> {
+        &self.metrics
+    }
+
+    /// What a Prometheus scrape of `/metrics` gets: the counted events, with the state series
+    /// read now.
+    pub async fn metrics_text(&self) -> String {
+        let upstreams = self
+            .upstreams
+            .servers()
+            .iter()
+            .map(|server| (server.name().to_string(), server.status().state.word()))
+            .collect();
+        let approvals_pending = self
+            .pending_approvals(&principal::Principal::Local)
+            .await
+            .map_or(0, |pending| pending.len());
+        let audit = self.audit_health();
+        self.metrics.render(&metrics::Snapshot {
+            upstreams,
+            catalog_tools: self.catalog().tools().len(),
+            held_tools: self.held_tools().len(),
+            approvals_pending,
+            audit_written: audit.written,
+            audit_dropped: audit.dropped,
+            audit_failed: audit.failed,
+            audit_queued: audit.queued,
+        })
+    }
+
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog
             .read()

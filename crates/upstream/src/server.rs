@@ -79,6 +79,20 @@ pub enum ServerState {
     },
 }
 
+impl ServerState {
+    /// The state's name as the status document spells it (`ready`, `failed`, ...).
+    pub fn word(&self) -> &'static str {
+        match self {
+            ServerState::Idle => "idle",
+            ServerState::Starting => "starting",
+            ServerState::Connecting => "connecting",
+            ServerState::Ready => "ready",
+            ServerState::Failed { .. } => "failed",
+            ServerState::Unresponsive { .. } => "unresponsive",
+        }
+    }
+}
+
 /// A snapshot of everything known about one server.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServerStatus {

@@ -16,6 +16,7 @@ mod guard;
 mod harness;
 mod jwt;
 mod limits;
+mod metrics;
 mod naming;
 mod network;
 mod oauth;

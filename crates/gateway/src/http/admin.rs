@@ -28,9 +28,32 @@ use serde_json::{Map, Value, json};
 use store::{DecideError, Verdict};
 
 use crate::{
-    Gateway, policy::ApproveError, policy::DecisionError, policy::pinning::held_json,
-    principal::Principal,
+    Gateway, http::session_owner::Owners, policy::ApproveError, policy::DecisionError,
+    policy::pinning::held_json, principal::Principal,
 };
+
+/// `GET /metrics` (see [`crate::metrics`]): for admins, as every admin route; sessions are
+/// counted from `owners` when scraped.
+pub(crate) fn metrics_route(gateway: Arc<Gateway>, owners: Arc<Owners>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state((gateway, owners))
+}
+
+async fn metrics(
+    State((gateway, owners)): State<(Arc<Gateway>, Arc<Owners>)>,
+    caller: Option<Extension<Principal>>,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, caller) {
+        return refused;
+    }
+    gateway.metrics().sessions_now(owners.open_now().await);
+    (
+        [(http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        gateway.metrics_text().await,
+    )
+        .into_response()
+}
 
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()

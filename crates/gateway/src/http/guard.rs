@@ -12,7 +12,7 @@
 //!    listener accepts, or the very authority the request's `Host` names), or an entry of
 //!    `[gateway] allowed_origins`; else 403. `Origin: null` (sandboxed frames, file pages) is
 //!    foreign. Clients that are not browsers send no `Origin` and are not affected.
-//! 3. **Admin routes** (`/admin/*`): a state-changing request (any method but GET, HEAD and
+//! 3. **Admin routes** (`/admin/*`, and `/metrics`): a state-changing request (any method but GET, HEAD and
 //!    OPTIONS) must say `Content-Type: application/json` (else 415: no HTML form or "simple"
 //!    cross-site `fetch` can) and must not carry `Sec-Fetch-Site: cross-site` or `same-site`
 //!    (403). On an open listener (no client keys: loopback), every admin request, reads too
@@ -373,7 +373,7 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
 }
 
 fn is_admin_path(path: &str) -> bool {
-    path == "/admin" || path.starts_with("/admin/")
+    path == "/admin" || path.starts_with("/admin/") || path == "/metrics"
 }
 
 /// Whether the body is declared as JSON (`application/json`, any parameters, any case).

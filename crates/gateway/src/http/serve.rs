@@ -244,6 +244,7 @@ fn app(
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
     let (service, owners) = mcp_service(&gateway, &logins, shutdown);
+    let metrics = crate::http::admin::metrics_route(gateway.clone(), owners.clone());
     let health_gateway = gateway.clone();
     let health_drain = drain.clone();
     // The sign-in routes are added after the JSON-RPC error mapping: they answer browsers.
@@ -284,7 +285,8 @@ fn app(
             }),
         )
         .merge(login::routes(gateway.clone(), logins))
-        .merge(crate::http::admin::routes(gateway.clone()));
+        .merge(crate::http::admin::routes(gateway.clone()))
+        .merge(metrics);
     let guard = Guard::new(
         local,
         &gateway.config().gateway,
@@ -318,7 +320,11 @@ fn mcp_service(
     // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
     sessions.session_config.keep_alive = Some(limits.session_idle);
     let sessions = Arc::new(sessions);
-    let owners = Arc::new(Owners::new(sessions.clone(), limits));
+    let owners = Arc::new(Owners::new(
+        sessions.clone(),
+        limits,
+        gateway.metrics().clone(),
+    ));
     let (factory_gateway, factory_logins) = (gateway.clone(), logins.clone());
     let service = StreamableHttpService::new(
         move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),

@@ -38,7 +38,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionManager, local::LocalSessionManager,
 };
 
-use crate::{principal::Principal, sync::lock};
+use crate::{metrics::Metrics, principal::Principal, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 /// A sweep of ended sessions' bindings runs after this many new sessions.
@@ -51,6 +51,8 @@ const NOT_FOUND_TEXT: &str = "Not Found: Session not found";
 pub(crate) struct Owners {
     sessions: Arc<LocalSessionManager>,
     owners: Mutex<HashMap<String, PrincipalId>>,
+    /// Where sessions opened are counted.
+    metrics: Arc<Metrics>,
     opened: AtomicUsize,
     max_sessions: usize,
     max_per_principal: usize,
@@ -64,9 +66,14 @@ enum Over {
 }
 
 impl Owners {
-    pub(crate) fn new(sessions: Arc<LocalSessionManager>, limits: &config::LimitsConfig) -> Owners {
+    pub(crate) fn new(
+        sessions: Arc<LocalSessionManager>,
+        limits: &config::LimitsConfig,
+        metrics: Arc<Metrics>,
+    ) -> Owners {
         Owners {
             sessions,
+            metrics,
             owners: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
             max_sessions: limits.max_sessions,
@@ -119,7 +126,12 @@ impl Owners {
     }
 
     async fn record(&self, id: &str, principal: PrincipalId) {
-        lock(&self.owners).insert(id.to_owned(), principal);
+        let open = {
+            let mut owners = lock(&self.owners);
+            owners.insert(id.to_owned(), principal);
+            owners.len()
+        };
+        self.metrics.session_opened(open);
         if self.opened.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep().await;
         }
@@ -135,7 +147,12 @@ impl Owners {
         lock(&self.owners).retain(|id, _| live.contains_key(id.as_str()));
     }
 
-    #[cfg(test)]
+    /// How many sessions are open now (those ended since the last look are dropped first).
+    pub(crate) async fn open_now(&self) -> usize {
+        self.sweep().await;
+        self.len()
+    }
+
     fn len(&self) -> usize {
         lock(&self.owners).len()
     }
@@ -213,7 +230,11 @@ mod tests {
     #[tokio::test]
     async fn bindings_of_ended_sessions_are_swept_out() {
         let sessions = Arc::new(LocalSessionManager::default());
-        let owners = Owners::new(sessions.clone(), &config::LimitsConfig::default());
+        let owners = Owners::new(
+            sessions.clone(),
+            &config::LimitsConfig::default(),
+            Arc::default(),
+        );
         let (live, _transport) = sessions.create_session().await.expect("session");
         let (ended, _transport) = sessions.create_session().await.expect("session");
         owners.record(&live, "client:alice".into()).await;
@@ -235,7 +256,7 @@ mod tests {
             max_sessions_per_principal: 2,
             ..config::LimitsConfig::default()
         };
-        let owners = Owners::new(sessions.clone(), &limits);
+        let owners = Owners::new(sessions.clone(), &limits, Arc::default());
         let mut open = Vec::new();
         for _ in 0..4 {
             let (id, transport) = sessions.create_session().await.expect("session");

@@ -253,7 +253,12 @@ pub(crate) async fn call(
             retry.take(),
             caller,
         );
-        let input = match drive(gateway, running, caller, || lock(audit).take()).await {
+        let started = std::time::Instant::now();
+        let driven = drive(gateway, running, caller, || lock(audit).take()).await;
+        gateway
+            .metrics()
+            .upstream_call(server.name(), started.elapsed());
+        let input = match driven {
             Driven::Done(Ok(CallToolResponse::InputRequired(input))) => input,
             Driven::Done(other) => return Relayed::Done(other),
             Driven::Parked(input) => return Relayed::Input(input),

@@ -1,0 +1,395 @@
+//! Prometheus metrics, served at `GET /metrics` on the admin side of the request guard (the
+//! admin token on an open loopback listener, an admin principal on a keyed one), in the
+//! OpenMetrics text format (`prometheus-client`).
+//!
+//! Two kinds of series:
+//!
+//! - **Events**, counted where they happen: every resolved `tools/call` (from its audit record,
+//!   the one place every call ends: calls by server, tool, decision and outcome, and the
+//!   gateway's time per call), the upstream's own time per relayed call, every search (by the
+//!   strategy that answered, with its time), sessions opened and closed.
+//! - **State**, read when scraped: each upstream's state, the catalog's and the held tools'
+//!   sizes, the approvals pending, and the audit log's written, dropped and failed rows.
+//!
+//! Invariants: no label value comes from a client's input unchecked. A call's `tool` label is
+//! its qualified name only when the catalog lists it (else `unlisted`), servers are the
+//! configured ones, and no series is labelled by principal or arguments, so the number of
+//! series is bounded by the configuration and the catalog. Names follow Prometheus
+//! conventions: `mcpgw_` prefix, `_total` for counters, `_seconds` for durations.
+
+use std::{sync::Mutex, time::Duration};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::sync::lock;
+
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The `tool` label of a call to a tool the catalog does not list.
+pub const UNLISTED: &str = "unlisted";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    server: String,
+    tool: String,
+    decision: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    server: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StrategyLabels {
+    strategy: String,
+}
+
+/// What a scrape reads of the gateway's state (see [`Metrics::render`]).
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Each enabled server with its state word (`ready`, `failed`, ...).
+    pub upstreams: Vec<(String, &'static str)>,
+    pub catalog_tools: usize,
+    pub held_tools: usize,
+    pub approvals_pending: usize,
+    pub audit_written: u64,
+    pub audit_dropped: u64,
+    pub audit_failed: u64,
+    pub audit_queued: usize,
+}
+
+/// Every state word an upstream can be in, so that a scrape sets the old state's series to 0
+/// when a server changes state.
+pub const UPSTREAM_STATES: [&str; 6] = [
+    "idle",
+    "starting",
+    "connecting",
+    "ready",
+    "failed",
+    "unresponsive",
+];
+
+/// The gateway's metrics (see the module docs).
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_seconds: Family<ServerLabels, Histogram>,
+    upstream_seconds: Family<ServerLabels, Histogram>,
+    searches: Family<StrategyLabels, Counter>,
+    search_seconds: Family<StrategyLabels, Histogram>,
+    sessions_open: Gauge,
+    sessions_opened: Counter,
+    upstream_up: Family<ServerLabels, Gauge>,
+    upstream_state: Family<StateLabels, Gauge>,
+    catalog_tools: Gauge,
+    held_tools: Gauge,
+    approvals_pending: Gauge,
+    audit_queued: Gauge,
+    audit_written: Counter,
+    audit_dropped: Counter,
+    audit_failed: Counter,
+    /// One scrape at a time brings the state series up to date and encodes them.
+    scraping: Mutex<()>,
+}
+
+fn durations() -> Histogram {
+    // 0.5 ms to about 16 s, doubling.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("mcpgw");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "Tool calls by server, tool, the gateway's decision and the outcome",
+            calls.clone(),
+        );
+        let call_seconds =
+            Family::<ServerLabels, Histogram>::new_with_constructor(durations as fn() -> Histogram);
+        registry.register(
+            "tool_call_duration_seconds",
+            "Time from a tool call's arrival to its answer, gateway and upstream together",
+            call_seconds.clone(),
+        );
+        let upstream_seconds =
+            Family::<ServerLabels, Histogram>::new_with_constructor(durations as fn() -> Histogram);
+        registry.register(
+            "upstream_call_duration_seconds",
+            "Time the upstream server took to answer a relayed tool call",
+            upstream_seconds.clone(),
+        );
+        let searches = Family::<StrategyLabels, Counter>::default();
+        registry.register(
+            "searches",
+            "search_tools calls by the strategy that answered",
+            searches.clone(),
+        );
+        let search_seconds = Family::<StrategyLabels, Histogram>::new_with_constructor(
+            durations as fn() -> Histogram,
+        );
+        registry.register(
+            "search_duration_seconds",
+            "Time a search took, embedding the query included",
+            search_seconds.clone(),
+        );
+        let sessions_open = Gauge::default();
+        registry.register(
+            "sessions_open",
+            "Streamable HTTP sessions open now",
+            sessions_open.clone(),
+        );
+        let sessions_opened = Counter::default();
+        registry.register(
+            "sessions_opened",
+            "Streamable HTTP sessions opened since start",
+            sessions_opened.clone(),
+        );
+        let upstream_up = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "upstream_up",
+            "1 when the upstream server is ready, else 0",
+            upstream_up.clone(),
+        );
+        let upstream_state = Family::<StateLabels, Gauge>::default();
+        registry.register(
+            "upstream_state",
+            "1 for the state each upstream server is in, 0 for the others",
+            upstream_state.clone(),
+        );
+        let catalog_tools = Gauge::default();
+        registry.register(
+            "catalog_tools",
+            "Tools in the published catalog",
+            catalog_tools.clone(),
+        );
+        let held_tools = Gauge::default();
+        registry.register(
+            "held_tools",
+            "Tools held because their definition changed (pinning)",
+            held_tools.clone(),
+        );
+        let approvals_pending = Gauge::default();
+        registry.register(
+            "approvals_pending",
+            "Tool calls waiting for a human decision",
+            approvals_pending.clone(),
+        );
+        let audit_queued = Gauge::default();
+        registry.register(
+            "audit_queued_rows",
+            "Audit rows waiting to be written",
+            audit_queued.clone(),
+        );
+        let audit_written = Counter::default();
+        registry.register(
+            "audit_rows_written",
+            "Audit rows written to the database",
+            audit_written.clone(),
+        );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "audit_rows_dropped",
+            "Audit rows dropped because the queue was full",
+            audit_dropped.clone(),
+        );
+        let audit_failed = Counter::default();
+        registry.register(
+            "audit_rows_failed",
+            "Audit rows the database refused",
+            audit_failed.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_seconds,
+            upstream_seconds,
+            searches,
+            search_seconds,
+            sessions_open,
+            sessions_opened,
+            upstream_up,
+            upstream_state,
+            catalog_tools,
+            held_tools,
+            approvals_pending,
+            audit_queued,
+            audit_written,
+            audit_dropped,
+            audit_failed,
+            scraping: Mutex::new(()),
+        }
+    }
+
+    /// One tool call ended: `tool` is its qualified name, or [`UNLISTED`].
+    pub fn call(&self, server: &str, tool: &str, decision: &str, outcome: &str, took: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                server: server.to_owned(),
+                tool: tool.to_owned(),
+                decision: decision.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.call_seconds
+            .get_or_create(&ServerLabels {
+                server: server.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The upstream `server` answered a relayed call (or failed to) after `took`.
+    pub fn upstream_call(&self, server: &str, took: Duration) {
+        self.upstream_seconds
+            .get_or_create(&ServerLabels {
+                server: server.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A search answered by `strategy` (`bm25`, `vector`, `hybrid`) in `took`.
+    pub fn search(&self, strategy: &str, took: Duration) {
+        let labels = StrategyLabels {
+            strategy: strategy.to_owned(),
+        };
+        self.searches.get_or_create(&labels).inc();
+        self.search_seconds
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A session opened (`open` sessions now).
+    pub fn session_opened(&self, open: usize) {
+        self.sessions_opened.inc();
+        self.sessions_open.set(gauge_value(open));
+    }
+
+    /// Sessions closed or swept: `open` are left.
+    pub fn sessions_now(&self, open: usize) {
+        self.sessions_open.set(gauge_value(open));
+    }
+
+    /// The text a scrape gets, with the state series set from `now`.
+    pub fn render(&self, now: &Snapshot) -> String {
+        let _one = lock(&self.scraping);
+        for (server, state) in &now.upstreams {
+            let up = i64::from(*state == "ready");
+            self.upstream_up
+                .get_or_create(&ServerLabels {
+                    server: server.clone(),
+                })
+                .set(up);
+            for known in UPSTREAM_STATES {
+                self.upstream_state
+                    .get_or_create(&StateLabels {
+                        server: server.clone(),
+                        state: known.to_owned(),
+                    })
+                    .set(i64::from(known == *state));
+            }
+        }
+        self.catalog_tools.set(gauge_value(now.catalog_tools));
+        self.held_tools.set(gauge_value(now.held_tools));
+        self.approvals_pending
+            .set(gauge_value(now.approvals_pending));
+        self.audit_queued.set(gauge_value(now.audit_queued));
+        catch_up(&self.audit_written, now.audit_written);
+        catch_up(&self.audit_dropped, now.audit_dropped);
+        catch_up(&self.audit_failed, now.audit_failed);
+        let mut text = String::new();
+        if let Err(error) = encode(&mut text, &self.registry) {
+            // Writing to a String fails only if a value cannot be formatted.
+            tracing::warn!(%error, "metrics could not be encoded");
+        }
+        text
+    }
+}
+
+/// Raises `counter` to `total`, a count kept elsewhere that only grows.
+fn catch_up(counter: &Counter, total: u64) {
+    let behind = total.saturating_sub(counter.get());
+    if behind > 0 {
+        counter.inc_by(behind);
+    }
+}
+
+fn gauge_value(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_follow_prometheus_names_and_states_switch_over() {
+        let metrics = Metrics::new();
+        metrics.call(
+            "time",
+            "time__now",
+            "allowed",
+            "ok",
+            Duration::from_millis(3),
+        );
+        metrics.upstream_call("time", Duration::from_millis(2));
+        metrics.search("bm25", Duration::from_micros(300));
+        metrics.session_opened(1);
+        let mut now = Snapshot {
+            upstreams: vec![("time".into(), "starting")],
+            catalog_tools: 2,
+            audit_written: 5,
+            ..Snapshot::default()
+        };
+        let text = metrics.render(&now);
+        for line in [
+            "mcpgw_tool_calls_total{server=\"time\",tool=\"time__now\",decision=\"allowed\",outcome=\"ok\"} 1",
+            "mcpgw_tool_call_duration_seconds_count{server=\"time\"} 1",
+            "mcpgw_upstream_call_duration_seconds_count{server=\"time\"} 1",
+            "mcpgw_searches_total{strategy=\"bm25\"} 1",
+            "mcpgw_sessions_open 1",
+            "mcpgw_upstream_up{server=\"time\"} 0",
+            "mcpgw_upstream_state{server=\"time\",state=\"starting\"} 1",
+            "mcpgw_catalog_tools 2",
+            "mcpgw_audit_rows_written_total 5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with EOF");
+        now.upstreams = vec![("time".into(), "ready")];
+        now.audit_written = 7;
+        let text = metrics.render(&now);
+        for line in [
+            "mcpgw_upstream_up{server=\"time\"} 1",
+            "mcpgw_upstream_state{server=\"time\",state=\"starting\"} 0",
+            "mcpgw_upstream_state{server=\"time\",state=\"ready\"} 1",
+            "mcpgw_audit_rows_written_total 7",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+}
