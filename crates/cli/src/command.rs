@@ -145,6 +145,7 @@ pub(crate) async fn search(
     top_k: usize,
     servers: Vec<String>,
     json: bool,
+    explain: bool,
 ) -> Result<(), Failure> {
     if !(1..=50).contains(&top_k) {
         return Err(Failure::usage(anyhow!("--top-k must be from 1 to 50")));
@@ -160,35 +161,51 @@ pub(crate) async fn search(
             servers: (!servers.is_empty()).then_some(servers),
             ..Default::default()
         },
+        // Always: the legend under the table says how the scores were made.
+        explain: true,
     };
     let started = Instant::now();
     let found = gateway.search(&search).await;
     let elapsed = started.elapsed();
     let total = gateway.catalog().tools().len();
+    let explanation = found.explanation.clone().unwrap_or_default();
     if json {
+        let place = |place: Option<(usize, f32)>| match place {
+            Some((rank, score)) => serde_json::json!({"rank": rank, "score": score}),
+            None => serde_json::Value::Null,
+        };
         let results: Vec<_> = found
             .hits
             .iter()
-            .map(|h| {
-                serde_json::json!({
+            .enumerate()
+            .map(|(at, h)| {
+                let mut hit = serde_json::json!({
                     "name": h.name,
                     "server": h.server,
                     "description": h.description,
                     "score": h.score,
-                })
+                });
+                if explain {
+                    let sources = explanation.sources.get(at).copied().unwrap_or_default();
+                    hit["bm25"] = place(sources.bm25);
+                    hit["vector"] = place(sources.vector);
+                }
+                hit
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else if found.hits.is_empty() {
         println!("no tools matched \"{query}\" ({total} tools searched)");
     } else {
-        println!("{}", render::search_table(&found.hits));
+        let sources = explain.then_some(explanation.sources.as_slice());
+        println!("{}", render::search_table(&found.hits, sources));
         println!(
             "{} of {total} tools, {} search, {:.2} ms",
             found.hits.len(),
             found.strategy,
             elapsed.as_secs_f64() * 1000.0
         );
+        println!("{}", render::score_legend(explanation.scoring, explain));
     }
     if let Some(reason) = &found.degraded {
         eprintln!("note: {reason}");

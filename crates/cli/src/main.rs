@@ -78,16 +78,25 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Search the tools of all configured servers.
+    /// Search the tools of all configured servers, as the model's `search_tools` does.
     Search {
+        /// What the tool should do, in words ("create a github issue"); ranked with the
+        /// configured `[retrieval] strategy`.
         query: String,
+        /// How many tools to show, from 1 to 50.
         #[arg(long, default_value_t = 5)]
         top_k: usize,
         /// Only search these servers (repeatable).
         #[arg(long = "server")]
         servers: Vec<String>,
+        /// Print the hits as a JSON array (name, server, description, score; with --explain
+        /// also bm25 and vector, each {rank, score} or null).
         #[arg(long)]
         json: bool,
+        /// Show each hit's rank and score in the BM25 list and in the vector list behind the
+        /// fused (hybrid) score.
+        #[arg(long)]
+        explain: bool,
     },
     /// List every tool with its qualified name (and token cost), or see and approve tools held
     /// because their definitions changed.
@@ -337,7 +346,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             top_k,
             servers,
             json,
-        } => command::search(config_path, &query, top_k, servers, json).await,
+            explain,
+        } => command::search(config_path, &query, top_k, servers, json, explain).await,
         Command::Tools {
             command: None,
             server,

@@ -193,6 +193,7 @@ pub(crate) fn parse_search(
             destructive: flag("destructive")?,
             tools: None,
         },
+        explain: false,
     })
 }
 
