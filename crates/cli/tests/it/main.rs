@@ -9,6 +9,7 @@ mod client_keys;
 mod clients;
 mod connections;
 mod drain;
+mod eval_set;
 mod example;
 mod exposure;
 mod faults;
