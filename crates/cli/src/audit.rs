@@ -313,6 +313,11 @@ fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     Some(from_unix_millis(seconds * 1000 + millis))
 }
 
+/// Now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub(crate) fn utc_now_rfc3339() -> String {
+    utc(SystemTime::now(), true)
+}
+
 /// `YYYY-MM-DD HH:MM:SS` in UTC, or `YYYY-MM-DDTHH:MM:SS.mmmZ` when `rfc3339`.
 fn utc(time: SystemTime, rfc3339: bool) -> String {
     let ms = unix_millis(time);

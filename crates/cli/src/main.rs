@@ -6,6 +6,7 @@
 mod approvals;
 mod audit;
 mod auth;
+mod client_config;
 mod clients;
 mod command;
 mod eval;
@@ -145,6 +146,9 @@ enum Command {
     /// Show the audit log of tool calls, newest first (never their arguments), or prune it.
     #[command(args_conflicts_with_subcommands = true)]
     Audit(audit::Args),
+    /// Connect an MCP client to this gateway: print its configuration entry, or merge it into
+    /// the client's own file with --install.
+    ClientConfig(client_config::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {
         file: PathBuf,
@@ -420,6 +424,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ApprovalsCommand::Reject { id, reason },
         } => approvals::reject(config_path, &id, reason).await,
         Command::Eval(args) => eval::run(args).await,
+        Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
     }
 }

@@ -5,6 +5,7 @@ mod audit_log;
 mod auth_headers;
 mod bad_input;
 mod cli;
+mod client_config;
 mod client_keys;
 mod clients;
 mod connections;
