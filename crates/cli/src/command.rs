@@ -6,7 +6,7 @@ use anyhow::{Context, anyhow};
 use gateway::Gateway;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Failure, render};
+use crate::{Failure, banner, render};
 
 pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
     let path = config::discover(explicit).map_err(Failure::usage)?;
@@ -67,8 +67,32 @@ pub(crate) async fn serve(
     // one that hangs at start-up delays nobody but itself. A stdio client is answered once every
     // server has settled, as before: many list the tools once, right after the handshake, and
     // never look again however the list changes.
-    let settled = |server: &upstream::Server| {
+    let server_names: Vec<String> = gateway
+        .upstreams()
+        .servers()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    if let (Some(listener), Some(access)) = (&listener, &access) {
+        eprint!(
+            "{}",
+            banner::listening(
+                listener.local_addr()?,
+                gateway.config().gateway.listen,
+                &gateway.config().source,
+                &server_names,
+                access.requires_keys(),
+            )
+        );
+    }
+    // The banner's closing line, once every server has settled (HTTP only: under --stdio
+    // stderr is the client's log and the log lines above say the same).
+    let settling = (!stdio).then(|| banner::Settling::new(server_names.len()));
+    let settled = move |server: &upstream::Server| {
         let status = server.status();
+        if let Some(summary) = settling.as_ref().and_then(|s| s.settled(&status)) {
+            eprintln!("{summary}");
+        }
         match &status.state {
             upstream::ServerState::Failed { reason } => {
                 tracing::warn!(server = %status.name, %reason, "server not available")

@@ -6,6 +6,7 @@
 mod approvals;
 mod audit;
 mod auth;
+mod banner;
 mod client_config;
 mod clients;
 mod command;

@@ -4,6 +4,7 @@ mod approvals;
 mod audit_log;
 mod auth_headers;
 mod bad_input;
+mod banner;
 mod cli;
 mod client_config;
 mod client_keys;
