@@ -622,7 +622,7 @@ fn explain_key(client: Client, connection: &Connection) {
         ),
     };
     eprintln!(
-        "The gateway requires a client key: create one with `mcpgw clients add NAME` (printed once), then {how}. The entry refers to the key; it never contains it."
+        "The gateway requires a client key (one from `mcpgw clients add NAME`, which prints it once): {how}. The entry refers to the key; it never contains it."
     );
 }
 

@@ -90,9 +90,6 @@ pub(crate) async fn serve(
     let settling = (!stdio).then(|| banner::Settling::new(server_names.len()));
     let settled = move |server: &upstream::Server| {
         let status = server.status();
-        if let Some(summary) = settling.as_ref().and_then(|s| s.settled(&status)) {
-            eprintln!("{summary}");
-        }
         match &status.state {
             upstream::ServerState::Failed { reason } => {
                 tracing::warn!(server = %status.name, %reason, "server not available")
@@ -103,6 +100,10 @@ pub(crate) async fn serve(
                 era = ?status.era,
                 "server ready"
             ),
+        }
+        // After the server's own log line, so the summary closes the start-up.
+        if let Some(summary) = settling.as_ref().and_then(|s| s.settled(&status)) {
+            eprintln!("{summary}");
         }
     };
     if stdio {
