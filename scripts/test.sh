@@ -2,17 +2,29 @@
 # mcpgw's test command: everything CI checks, in order, failing on the first
 # failed stage.
 #
+#   scripts/test.sh           every stage below; about 25 minutes on 2 cores with a warm
+#                             build cache (CI: 24.4 min), most of it the bench build (10 min),
+#                             the tests (7 min) and fuzzing (7 min)
+#   scripts/test.sh --quick   stages 0-4c and 7: format, lint, unit and end-to-end tests, the
+#                             leftover-process check and the install; no doc tests, benches,
+#                             conformance or fuzzing. About 10 minutes warm.
+#
+#   0. cargo-nextest, installed from crates.io when missing (once, about 3 minutes)
 #   1. scripts/setup-test-env.sh   real MCP peers into .peers/ (idempotent)
 #      scripts/fetch-models.sh     embedding models into ~/.cache/mcpgw/models (idempotent)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo nextest run --workspace --no-fail-fast
+#   4b. no process the tests started is still running (see `leftover_processes`)
+#   4c. cargo install --locked --path crates/cli --debug into a temporary root, then
+#      `mcpgw --version` from there: the README's install command works (see the stage)
 #   5. cargo test --workspace --doc
 #   6. cargo bench --workspace --no-run        (benches must keep compiling)
 #   6b. scripts/conformance-client.sh           the official suite's client scenarios
 #      against mcpgw's upstream client (expected failures: tests/conformance/)
 #   6c. scripts/conformance-server.sh           the suite's server scenarios, both eras,
 #      against `mcpgw serve` in front of the fixture upstream (tests/conformance/)
+#   6d. again: no process the conformance runs started is still running
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
 #      netguard without its client feature has no tokio; upstream has no axum and no
@@ -25,9 +37,29 @@
 #      MCPGW_FUZZ_SECONDS sets stage 8's time per target (default 60; 0 skips it).
 set -euo pipefail
 
+QUICK=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=1 ;;
+    -h | --help)
+      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "usage: scripts/test.sh [--quick]" >&2
+      exit 2
+      ;;
+  esac
+done
+
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 T0=$SECONDS
+if [[ $QUICK == 1 ]]; then
+  echo "==> [test] quick run: format, lint, unit and end-to-end tests; about 10 minutes on 2 cores with a warm build cache"
+else
+  echo "==> [test] full run: about 25 minutes on 2 cores with a warm build cache (scripts/test.sh --quick: about 10)"
+fi
 
 STAGE=""
 NEXTEST_LOG=""
@@ -43,6 +75,52 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
+
+# ---- 0. cargo-nextest ----------------------------------------------------------
+if ! cargo nextest --version >/dev/null 2>&1; then
+  stage "cargo-nextest is missing: installing it (cargo install cargo-nextest --locked, about 3 minutes, once)"
+  cargo install cargo-nextest --locked
+fi
+
+# ---- leftover processes -----------------------------------------------------------
+# Every process the tests start carries this tag in its environment: the harness and the
+# Python client driver pass their environment on, and mcpgw passes its own to its stdio
+# upstreams. A tagged process that is no longer a descendant of this script was left behind
+# (its parent died and it was re-parented): a test killed something without its children.
+export MCPGW_TEST_RUN="mcpgw-test-$$-$(date +%s)"
+
+# The pids of tagged processes outside this script's own process tree.
+leftover_processes() {
+  local dir pid ancestor
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    # -z: the entries of /proc/PID/environ end in NUL bytes.
+    grep -qzxF -- "MCPGW_TEST_RUN=$MCPGW_TEST_RUN" "$dir/environ" 2>/dev/null || continue
+    ancestor=$pid
+    while [[ -n "$ancestor" && "$ancestor" != 0 && "$ancestor" != 1 ]]; do
+      [[ "$ancestor" == "$$" ]] && continue 2
+      ancestor="$(awk '/^PPid:/ { print $2 }' "/proc/$ancestor/status" 2>/dev/null)"
+    done
+    echo "$pid"
+  done
+}
+
+# Fails when a tagged process is still running 10 s after the stage that started it ended
+# (a process killed at the very end of a test may take a moment to go), and ends them.
+check_leftover_processes() {
+  local left=() deadline=$((SECONDS + 10))
+  while :; do
+    mapfile -t left < <(leftover_processes)
+    [[ ${#left[@]} -eq 0 ]] && { echo "    ok: no process started by the tests is still running"; return 0; }
+    (( SECONDS >= deadline )) && break
+    sleep 0.5
+  done
+  echo "    FAIL: ${#left[@]} process(es) started by the tests are still running:" >&2
+  ps -o pid=,ppid=,etime=,args= -p "$(IFS=,; echo "${left[*]}")" | sed 's/^/      /' >&2 || true
+  kill -KILL -- "${left[@]}" 2>/dev/null || true
+  echo "    (ended them; find the test that started them by the command line above)" >&2
+  return 1
+}
 
 # ---- 1. peers ---------------------------------------------------------------
 if [[ "${MCPGW_SKIP_SETUP:-}" != 1 ]]; then
@@ -75,6 +153,32 @@ NEXTEST_LOG="$(mktemp)"
 cargo nextest run --workspace --no-fail-fast 2>&1 | tee "$NEXTEST_LOG"
 NEXTEST_SUMMARY="$(grep -E '^[[:space:]]*Summary \[' "$NEXTEST_LOG" | tail -n 1 || true)"
 
+stage "no process started by the tests is still running"
+check_leftover_processes
+
+# ---- 4c. install ------------------------------------------------------------------
+# The README's install command, `cargo install --locked --path crates/cli`, into a temporary
+# root. With --debug and this run's target directory it reuses the dependencies the test build
+# compiled and builds the cli crate again (about a minute on 2 cores: the workspace test build
+# compiled it with its dev-dependencies' features), not the 15 minutes of a release build with
+# LTO; a release install here would double the run for little more proof. What it proves: the
+# crate installs from the lock file as it is (--locked), the binary target is the one the
+# README names, and the installed binary runs. What it does not: that the release profile (LTO,
+# stripping) builds; `cargo build --release` shows that, and the benches build with most of it.
+stage "cargo install --locked --path crates/cli --debug (into a temporary root)"
+INSTALL_ROOT="$(mktemp -d)"
+# Without a target directory cargo install builds in a temporary one, from nothing.
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}" \
+  cargo install --locked --path crates/cli --debug --root "$INSTALL_ROOT" --quiet
+installed_version="$("$INSTALL_ROOT/bin/mcpgw" --version)"
+rm -rf "$INSTALL_ROOT"
+echo "    ok: $installed_version"
+if [[ "$installed_version" != "mcpgw "* ]]; then
+  echo "    FAIL: the installed binary printed '$installed_version'" >&2
+  exit 1
+fi
+
+if [[ $QUICK != 1 ]]; then
 stage "cargo test --workspace --doc"
 cargo test --workspace --doc
 
@@ -86,6 +190,10 @@ scripts/conformance-client.sh
 
 stage "conformance: server scenarios (scripts/conformance-server.sh)"
 scripts/conformance-server.sh
+
+stage "no process started by the conformance runs is still running"
+check_leftover_processes
+fi
 
 # ---- 7. architecture invariants --------------------------------------------
 # assert_no_dep PKG DEP [CARGO-TREE-ARGS...]: DEP must not be a normal (non-dev,
@@ -183,7 +291,7 @@ fi
 # ---- 8. fuzzing ----------------------------------------------------------------
 # Last: its instrumented build is the slowest step of a cold run, and it uses its own
 # target dir (see the script).
-if [[ "${MCPGW_FUZZ_SECONDS:-60}" != 0 ]]; then
+if [[ $QUICK != 1 && "${MCPGW_FUZZ_SECONDS:-60}" != 0 ]]; then
   stage "fuzz (scripts/fuzz.sh ${MCPGW_FUZZ_SECONDS:-60})"
   scripts/fuzz.sh "${MCPGW_FUZZ_SECONDS:-60}"
 fi

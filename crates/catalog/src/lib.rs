@@ -54,7 +54,9 @@ use retrieval::{
 pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation};
 pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
-pub use search::{Filter, SearchHit, SearchOutcome, SearchRequest, Strategy};
+pub use search::{
+    Explanation, Filter, Scoring, SearchHit, SearchOutcome, SearchRequest, Sources, Strategy,
+};
 
 use naming::Namer;
 use suggestion::Candidate;
@@ -457,18 +459,6 @@ impl Catalog {
                 .is_some_and(|tool| request.filter.matches(tool))
         };
         let key = |doc: DocId| self.tool(doc).map_or("", |tool| tool.qualified.as_str());
-        let hybrid = &request.hybrid;
-        let vector_index = self.vectors.as_ref().map(|vectors| &vectors.index);
-        let query_vectors = request.query_vectors.unwrap_or_default();
-        let lexical = |query: &str| self.lexical.index.rank(query, &keep);
-        let semantic = |at: usize| -> Vec<Hit> {
-            match (vector_index, query_vectors.get(at)) {
-                (Some(index), Some(vector)) => {
-                    hybrid.strong(&index.rank(vector, &keep)).into_owned()
-                }
-                _ => Vec::new(),
-            }
-        };
         // One query's ranking feeds the answer (top_k) or the capability fusion (its depth);
         // the inputs of each hybrid fusion stay full depth, only the fused tail is skipped.
         let depth = if request.queries.len() == 1 {
@@ -476,30 +466,8 @@ impl Catalog {
         } else {
             request.top_k.max(MULTI_QUERY_DEPTH)
         };
-        let mut rankings: Vec<Vec<Hit>> = request
-            .queries
-            .iter()
-            .enumerate()
-            .map(|(at, query)| match strategy {
-                Strategy::Bm25 => lexical(query),
-                Strategy::Vector => semantic(at),
-                // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
-                // unless it is needed because no vector hit is strong enough.
-                Strategy::Hybrid if hybrid.balance == 0 => lexical(query),
-                // An English-only model turns Chinese, Japanese or Korean text into near-noise
-                // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
-                Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
-                    lexical(query)
-                }
-                Strategy::Hybrid => {
-                    let semantic = semantic(at);
-                    if hybrid.balance >= 100 && !semantic.is_empty() {
-                        semantic
-                    } else {
-                        hybrid.fuse_top(&lexical(query), &semantic, &key, depth)
-                    }
-                }
-            })
+        let mut rankings: Vec<Vec<Hit>> = (0..request.queries.len())
+            .map(|at| self.rank_query(request, strategy, at, depth, &keep, &key).0)
             .collect();
         let ranked = if rankings.len() == 1 {
             rankings.pop().unwrap_or_default()
@@ -517,6 +485,118 @@ impl Catalog {
             .take(request.top_k)
             .collect();
         SearchOutcome { hits, degraded }
+    }
+
+    /// One query's ranking (the `at`th of `request`) and how its scores were made. A single
+    /// list is served full depth, as it comes; a fused one only its first `depth` hits.
+    fn rank_query<'s>(
+        &'s self,
+        request: &SearchRequest<'_>,
+        strategy: Strategy,
+        at: usize,
+        depth: usize,
+        keep: &dyn Fn(DocId) -> bool,
+        key: &dyn Fn(DocId) -> &'s str,
+    ) -> (Vec<Hit>, Scoring) {
+        let query = request.queries[at].as_str();
+        let hybrid = &request.hybrid;
+        let lexical = || self.lexical.index.rank(query, keep);
+        let semantic = || -> Vec<Hit> {
+            let vector_index = self.vectors.as_ref().map(|vectors| &vectors.index);
+            let query_vectors = request.query_vectors.unwrap_or_default();
+            match (vector_index, query_vectors.get(at)) {
+                (Some(index), Some(vector)) => {
+                    hybrid.strong(&index.rank(vector, keep)).into_owned()
+                }
+                _ => Vec::new(),
+            }
+        };
+        match strategy {
+            Strategy::Bm25 => (lexical(), Scoring::Bm25),
+            Strategy::Vector => (semantic(), Scoring::Vector),
+            // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
+            // unless it is needed because no vector hit is strong enough.
+            Strategy::Hybrid if hybrid.balance == 0 => (lexical(), Scoring::Bm25),
+            // An English-only model turns Chinese, Japanese or Korean text into near-noise
+            // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
+            Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
+                (lexical(), Scoring::Bm25)
+            }
+            Strategy::Hybrid => {
+                let semantic = semantic();
+                if hybrid.balance >= 100 && !semantic.is_empty() {
+                    return (semantic, Scoring::Vector);
+                }
+                let lexical = lexical();
+                // `Hybrid::fuse_top` serves one list as is when the other is empty.
+                let scoring = match (lexical.is_empty(), semantic.is_empty()) {
+                    (_, true) => Scoring::Bm25,
+                    (true, false) => Scoring::Vector,
+                    (false, false) => {
+                        let semantic_weight = f32::from(hybrid.balance.min(100)) / 100.0;
+                        Scoring::Fused {
+                            bm25_weight: 1.0 - semantic_weight,
+                            vector_weight: semantic_weight,
+                        }
+                    }
+                };
+                (hybrid.fuse_top(&lexical, &semantic, key, depth), scoring)
+            }
+        }
+    }
+
+    /// What stands behind the hits of [`Catalog::search_with`] for the same request: how their
+    /// scores were made, and each hit's rank and score in the BM25 and the vector list of the
+    /// first query (full depth, filter applied, vector hits below the minimum similarity
+    /// dropped). For `mcpgw search --explain`; it ranks again, so it costs a second search.
+    pub fn explain(&self, request: &SearchRequest<'_>, hits: &[SearchHit<'_>]) -> Explanation {
+        let (strategy, _) = self.runnable(request);
+        let Some(query) = request.queries.first() else {
+            return Explanation::default();
+        };
+        let keep = |doc: DocId| {
+            self.tool(doc)
+                .is_some_and(|tool| request.filter.matches(tool))
+        };
+        let key = |doc: DocId| self.tool(doc).map_or("", |tool| tool.qualified.as_str());
+        let scoring = if request.queries.len() > 1 {
+            Scoring::Capabilities
+        } else {
+            self.rank_query(request, strategy, 0, request.top_k, &keep, &key)
+                .1
+        };
+        let positions = |list: Vec<Hit>| -> HashMap<&str, (usize, f32)> {
+            list.into_iter()
+                .enumerate()
+                .map(|(at, hit)| (key(hit.doc), (at + 1, hit.score)))
+                .collect()
+        };
+        let lexical = positions(self.lexical.index.rank(query, &keep));
+        let semantic = match (
+            self.vectors.as_ref(),
+            request.query_vectors.and_then(|vectors| vectors.first()),
+        ) {
+            (Some(vectors), Some(vector)) if strategy.needs_vectors() => positions(
+                request
+                    .hybrid
+                    .strong(&vectors.index.rank(vector, &keep))
+                    .into_owned(),
+            ),
+            _ => HashMap::new(),
+        };
+        Explanation {
+            scoring,
+            sources: hits
+                .iter()
+                .map(|hit| {
+                    let name = hit.tool.qualified.as_str();
+                    Sources {
+                        bm25: lexical.get(name).copied(),
+                        vector: semantic.get(name).copied(),
+                    }
+                })
+                .collect(),
+        }
     }
 
     /// The strategy `request` can run with, and why it differs from the one asked for.

@@ -138,6 +138,41 @@ pub struct SearchHit<'a> {
     pub score: f32,
 }
 
+/// How the scores of a search's hits were made ([`crate::Catalog::explain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Scoring {
+    /// BM25 scores: higher is better, on no fixed scale.
+    #[default]
+    Bm25,
+    /// Cosine similarities of the query's and the tool's embeddings, -1 to 1.
+    Vector,
+    /// Weighted reciprocal rank fusion: `bm25_weight / (RRF_K + BM25 rank) + vector_weight /
+    /// (RRF_K + vector rank)`, a term only for a list the tool is in (ranks from 1).
+    Fused {
+        bm25_weight: f32,
+        vector_weight: f32,
+    },
+    /// Several queries: each tool's best reciprocal rank over the queries.
+    Capabilities,
+}
+
+/// Where one hit stands in each list behind the ranking: `(rank from 1, score)`.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Sources {
+    /// In the BM25 list; `None` when the tool shares no term with the query.
+    pub bm25: Option<(usize, f32)>,
+    /// In the vector list (cosine similarity); `None` without vectors, or below the minimum
+    /// similarity.
+    pub vector: Option<(usize, f32)>,
+}
+
+/// [`Scoring`] and the [`Sources`] of each hit, in the hits' order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Explanation {
+    pub scoring: Scoring,
+    pub sources: Vec<Sources>,
+}
+
 /// The search document of `tool`. The key is the qualified name, so ties break the same way
 /// on every run.
 pub(crate) fn document(tool: &ToolEntry, server_description: Option<&str>) -> Document {

@@ -255,6 +255,11 @@ fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     Some(date.and_time(chrono::NaiveTime::MIN).and_utc().into())
 }
 
+/// Now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub(crate) fn utc_now_rfc3339() -> String {
+    utc(SystemTime::now(), true)
+}
+
 /// `YYYY-MM-DD HH:MM:SS` in UTC, or `YYYY-MM-DDTHH:MM:SS.mmmZ` when `rfc3339`.
 fn utc(time: SystemTime, rfc3339: bool) -> String {
     let time = chrono::DateTime::<chrono::Utc>::from(time);

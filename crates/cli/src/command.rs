@@ -6,7 +6,7 @@ use anyhow::{Context, anyhow};
 use gateway::Gateway;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Failure, render};
+use crate::{Failure, banner, render};
 
 pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
     let path = config::discover(explicit).map_err(Failure::usage)?;
@@ -80,7 +80,28 @@ pub(crate) async fn serve(
     // one that hangs at start-up delays nobody but itself. A stdio client is answered once every
     // server has settled, as before: many list the tools once, right after the handshake, and
     // never look again however the list changes.
-    let settled = |server: &upstream::Server| {
+    let server_names: Vec<String> = gateway
+        .upstreams()
+        .servers()
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    if let (Some(listener), Some(access)) = (&listener, &access) {
+        eprint!(
+            "{}",
+            banner::listening(
+                listener.local_addr()?,
+                gateway.config().gateway.listen,
+                &gateway.config().source,
+                &server_names,
+                access.requires_keys(),
+            )
+        );
+    }
+    // The banner's closing line, once every server has settled (HTTP only: under --stdio
+    // stderr is the client's log and the log lines above say the same).
+    let settling = (!stdio).then(|| banner::Settling::new(server_names.len()));
+    let settled = move |server: &upstream::Server| {
         let status = server.status();
         match &status.state {
             upstream::ServerState::Failed { reason } => {
@@ -92,6 +113,10 @@ pub(crate) async fn serve(
                 era = ?status.era,
                 "server ready"
             ),
+        }
+        // After the server's own log line, so the summary closes the start-up.
+        if let Some(summary) = settling.as_ref().and_then(|s| s.settled(&status)) {
+            eprintln!("{summary}");
         }
     };
     if stdio {
@@ -158,6 +183,7 @@ pub(crate) async fn search(
     top_k: usize,
     servers: Vec<String>,
     json: bool,
+    explain: bool,
 ) -> Result<(), Failure> {
     if !(1..=50).contains(&top_k) {
         return Err(Failure::usage(anyhow!("--top-k must be from 1 to 50")));
@@ -173,35 +199,51 @@ pub(crate) async fn search(
             servers: (!servers.is_empty()).then_some(servers),
             ..Default::default()
         },
+        // Always: the legend under the table says how the scores were made.
+        explain: true,
     };
     let started = Instant::now();
     let found = gateway.search(&search).await;
     let elapsed = started.elapsed();
     let total = gateway.catalog().tools().len();
+    let explanation = found.explanation.clone().unwrap_or_default();
     if json {
+        let place = |place: Option<(usize, f32)>| match place {
+            Some((rank, score)) => serde_json::json!({"rank": rank, "score": score}),
+            None => serde_json::Value::Null,
+        };
         let results: Vec<_> = found
             .hits
             .iter()
-            .map(|h| {
-                serde_json::json!({
+            .enumerate()
+            .map(|(at, h)| {
+                let mut hit = serde_json::json!({
                     "name": h.name,
                     "server": h.server,
                     "description": h.description,
                     "score": h.score,
-                })
+                });
+                if explain {
+                    let sources = explanation.sources.get(at).copied().unwrap_or_default();
+                    hit["bm25"] = place(sources.bm25);
+                    hit["vector"] = place(sources.vector);
+                }
+                hit
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else if found.hits.is_empty() {
         println!("no tools matched \"{query}\" ({total} tools searched)");
     } else {
-        println!("{}", render::search_table(&found.hits));
+        let sources = explain.then_some(explanation.sources.as_slice());
+        println!("{}", render::search_table(&found.hits, sources));
         println!(
             "{} of {total} tools, {} search, {:.2} ms",
             found.hits.len(),
             found.strategy,
             elapsed.as_secs_f64() * 1000.0
         );
+        println!("{}", render::score_legend(explanation.scoring, explain));
     }
     if let Some(reason) = &found.degraded {
         eprintln!("note: {reason}");

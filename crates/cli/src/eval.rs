@@ -22,8 +22,10 @@ use retrieval::{Field, Hybrid, Language};
 use crate::{Failure, render};
 
 #[derive(clap::Args)]
+#[command(after_long_help = SET_FORMAT_HELP)]
 pub(crate) struct Args {
-    /// Set folders (tools.json, queries.jsonl, qrels.tsv), e.g. shared/eval/toollens.
+    /// Set folders, each with tools.json, queries.jsonl and qrels.tsv (see below), e.g.
+    /// eval/metatool in the repository.
     #[arg(required = true, value_name = "SET_DIR")]
     sets: Vec<PathBuf>,
     /// bm25, vector, hybrid, or all.
@@ -84,6 +86,27 @@ pub(crate) struct Args {
     #[arg(long, default_value = "auto")]
     embed_server: String,
 }
+
+/// The three files of a set folder, as `::eval::Dataset::load` reads them.
+const SET_FORMAT_HELP: &str = r#"A set folder holds three files:
+
+  tools.json      the catalog: a JSON array of servers, each
+                    {"server": NAME, "description": TEXT, "tools": [TOOL, ...]}
+                  where each TOOL is an MCP tool as a server's tools/list returns it
+                  ({"name", "description", "inputSchema"}). Built into a catalog the way the
+                  gateway builds one from live servers.
+  queries.jsonl   one query per line: {"id": ID, "text": TEXT} (the id a string or a number).
+  qrels.tsv       the answers: tab-separated, a header line first, then one line per relevant
+                  tool:  QUERY_ID <tab> SERVER <tab> TOOL <tab> RELEVANCE
+                  SERVER and TOOL as in tools.json (the upstream tool name); a relevance
+                  above 0 counts as relevant.
+
+Metrics, averaged over queries: nDCG@10, recall at 5 and 10, MRR@10, and Comp@5 (1 when every
+relevant tool is in the top 5).
+
+The repository ships one set, eval/metatool (MetaTool, MIT licence: eval/metatool/README.md):
+  mcpgw eval eval/metatool --strategy bm25
+More in docs/retrieval.md."#;
 
 pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     let strategies = strategies(&args.strategy)?;

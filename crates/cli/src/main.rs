@@ -6,6 +6,8 @@
 mod approvals;
 mod audit;
 mod auth;
+mod banner;
+mod client_config;
 mod clients;
 mod command;
 mod eval;
@@ -78,16 +80,25 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
-    /// Search the tools of all configured servers.
+    /// Search the tools of all configured servers, as the model's `search_tools` does.
     Search {
+        /// What the tool should do, in words ("create a github issue"); ranked with the
+        /// configured `[retrieval] strategy`.
         query: String,
+        /// How many tools to show, from 1 to 50.
         #[arg(long, default_value_t = 5)]
         top_k: usize,
         /// Only search these servers (repeatable).
         #[arg(long = "server")]
         servers: Vec<String>,
+        /// Print the hits as a JSON array (name, server, description, score; with --explain
+        /// also bm25 and vector, each {rank, score} or null).
         #[arg(long)]
         json: bool,
+        /// Show each hit's rank and score in the BM25 list and in the vector list behind the
+        /// fused (hybrid) score.
+        #[arg(long)]
+        explain: bool,
     },
     /// List every tool with its qualified name (and token cost), or see and approve tools held
     /// because their definitions changed.
@@ -136,6 +147,9 @@ enum Command {
     /// Show the audit log of tool calls, newest first (never their arguments), or prune it.
     #[command(args_conflicts_with_subcommands = true)]
     Audit(audit::Args),
+    /// Connect an MCP client to this gateway: print its configuration entry, or merge it into
+    /// the client's own file with --install.
+    ClientConfig(client_config::Args),
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {
         file: PathBuf,
@@ -337,7 +351,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             top_k,
             servers,
             json,
-        } => command::search(config_path, &query, top_k, servers, json).await,
+            explain,
+        } => command::search(config_path, &query, top_k, servers, json, explain).await,
         Command::Tools {
             command: None,
             server,
@@ -410,6 +425,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ApprovalsCommand::Reject { id, reason },
         } => approvals::reject(config_path, &id, reason).await,
         Command::Eval(args) => eval::run(args).await,
+        Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
     }
 }

@@ -37,19 +37,69 @@ pub(crate) fn table() -> Table {
     table
 }
 
-pub(crate) fn search_table(hits: &[gateway::FoundTool]) -> Table {
+/// The hits of `mcpgw search`; with `sources` (`--explain`), each hit's place in the BM25 and
+/// the vector list.
+pub(crate) fn search_table(
+    hits: &[gateway::FoundTool],
+    sources: Option<&[catalog::Sources]>,
+) -> Table {
     let mut table = table();
-    table.set_header(["#", "tool", "server", "score", "description"]);
+    let mut header = vec!["#", "tool", "server", "score"];
+    if sources.is_some() {
+        header.extend(["bm25 rank (score)", "vector rank (cosine)"]);
+    }
+    header.push("description");
+    table.set_header(header);
+    let place = |place: Option<(usize, f32)>, digits: usize| match place {
+        Some((rank, score)) => format!("{rank} ({score:.digits$})"),
+        None => "-".to_owned(),
+    };
     for (i, hit) in hits.iter().enumerate() {
-        table.add_row([
+        let mut row = vec![
             (i + 1).to_string(),
             hit.name.to_string(),
             hit.server.to_string(),
             format!("{:.4}", hit.score),
-            hit.description.clone(),
-        ]);
+        ];
+        if let Some(sources) = sources {
+            let of_hit = sources.get(i).copied().unwrap_or_default();
+            row.push(place(of_hit.bm25, 2));
+            row.push(place(of_hit.vector, 3));
+        }
+        row.push(hit.description.clone());
+        table.add_row(row);
     }
     table
+}
+
+/// The line under `mcpgw search`'s table that says what the scores mean.
+pub(crate) fn score_legend(scoring: catalog::Scoring, explained: bool) -> String {
+    let k = retrieval::RRF_K;
+    match scoring {
+        catalog::Scoring::Fused {
+            bm25_weight,
+            vector_weight,
+        } => {
+            let best = (bm25_weight + vector_weight) / (k + 1.0);
+            format!(
+                "score: reciprocal rank fusion of the BM25 and the vector ranking, {bm25_weight:.2} / ({k} + BM25 rank) + {vector_weight:.2} / ({k} + vector rank), a term only for a list the tool is in; {best:.4} is first in both{}",
+                if explained {
+                    ""
+                } else {
+                    " (--explain shows the ranks)"
+                }
+            )
+        }
+        catalog::Scoring::Bm25 => {
+            "score: BM25, how well the query's words match the tool's name, description and parameters (higher is better; compare within one query only)".to_owned()
+        }
+        catalog::Scoring::Vector => {
+            "score: cosine similarity of the query's and the tool's embeddings (1 is the same meaning)".to_owned()
+        }
+        catalog::Scoring::Capabilities => {
+            format!("score: each tool's best reciprocal rank 1 / ({k} + rank) over the queries")
+        }
+    }
 }
 
 pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {

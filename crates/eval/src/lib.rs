@@ -1,8 +1,9 @@
 //! `eval` measures mcpgw's tool search on labelled sets: ranking quality (nDCG@10,
 //! Recall@5/@10, MRR@10, Comp@5) and speed (index build, embedding, search latency).
 //!
-//! A set is a folder in the format of `shared/eval/README.md` ([`Dataset::load`]). Its tools
-//! go through [`catalog::Catalog::build`] exactly as a live server's would, qrels are resolved
+//! A set is a folder of `tools.json`, `queries.jsonl` and `qrels.tsv` ([`Dataset::load`];
+//! `eval/metatool/` in the repository is one). Its tools go through
+//! [`catalog::Catalog::build`] exactly as a live server's would, qrels are resolved
 //! to qualified names through the catalog, and every query goes through
 //! [`catalog::Catalog::search_with`], the same call the gateway makes; so the figures are the
 //! product's, not a re-implementation's.

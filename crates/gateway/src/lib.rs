@@ -340,7 +340,7 @@ impl Gateway {
                 }
             }
         }
-        let outcome = catalog.search_with(&SearchRequest {
+        let request = SearchRequest {
             queries: &search.queries,
             query_vectors: query_vectors.as_deref(),
             strategy,
@@ -351,8 +351,13 @@ impl Gateway {
             multilingual_vectors: self.semantic().is_some_and(|s| s.multilingual()),
             top_k: search.top_k,
             filter: &search.filter,
-        });
+        };
+        let outcome = catalog.search_with(&request);
+        let explanation = search
+            .explain
+            .then(|| catalog.explain(&request, &outcome.hits));
         Found {
+            explanation,
             hits: outcome.hits.iter().map(FoundTool::from_hit).collect(),
             degraded: degraded.or(outcome.degraded),
             strategy,

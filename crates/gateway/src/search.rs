@@ -10,6 +10,8 @@ pub struct Search {
     pub queries: Vec<String>,
     pub top_k: usize,
     pub filter: Filter,
+    /// Also say what stands behind each hit ([`Found::explanation`]): `mcpgw search --explain`.
+    pub explain: bool,
 }
 
 /// The hits of a search, owned (the catalog they came from may be replaced meanwhile).
@@ -23,6 +25,9 @@ pub struct Found {
     pub starting: Vec<ServerName>,
     /// Tools of the searched servers held for approval (pinning): not in the catalog either.
     pub held: usize,
+    /// When [`Search::explain`] asked: how the scores were made and each hit's rank and score
+    /// in the BM25 and the vector list.
+    pub explanation: Option<catalog::Explanation>,
 }
 
 #[derive(Debug, Clone)]

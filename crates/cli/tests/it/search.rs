@@ -1,5 +1,6 @@
 //! Search through the gateway with the default local model: hybrid finds what BM25 cannot,
-//! several queries fuse, filters narrow before ranking, and embeddings survive a restart.
+//! several queries fuse, filters narrow before ranking, embeddings survive a restart, and
+//! `mcpgw search --explain` shows the ranks behind a fused score.
 
 use serde_json::{Value, json};
 
@@ -220,4 +221,59 @@ fn serve_answers_with_bm25_while_tool_embeddings_run() {
                 .contains("serving BM25 search until they are ready")
         },
     );
+}
+
+#[test]
+fn search_explain_shows_the_ranks_behind_a_fused_score() {
+    let config = write_config(&format!(
+        "[retrieval]\nstrategy = \"hybrid\"\nbalance = 45\n\n{}",
+        everything_stdio_server("everything")
+    ));
+    let run = |args: &[&str]| {
+        let output = mcpgw_in(&config.path, args);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    let hits: Vec<Value> =
+        serde_json::from_str(&run(&["search", "add two numbers", "--explain", "--json"]))
+            .expect("json");
+    assert!(!hits.is_empty());
+    let mut fused = 0;
+    for hit in &hits {
+        let rank = |list: &str| hit[list]["rank"].as_f64();
+        let score = hit["score"].as_f64().expect("score");
+        // The fused score is exactly what the ranks say: 0.55/(60 + r) + 0.45/(60 + r').
+        let expected = rank("bm25").map_or(0.0, |r| 0.55 / (60.0 + r))
+            + rank("vector").map_or(0.0, |r| 0.45 / (60.0 + r));
+        assert!((score - expected).abs() < 1e-5, "{hit}");
+        if rank("bm25").is_some() && rank("vector").is_some() {
+            fused += 1;
+        }
+    }
+    assert!(fused > 0, "{hits:?}");
+    assert_eq!(hits[0]["name"], "everything__get-sum", "{hits:?}");
+
+    let table = run(&["search", "add two numbers", "--explain"]);
+    assert!(
+        table.contains("bm25 rank (score)") && table.contains("vector rank (cosine)"),
+        "{table}"
+    );
+    assert!(
+        table.contains("score: reciprocal rank fusion of the BM25 and the vector ranking, 0.55 / (60 + BM25 rank) + 0.45 / (60 + vector rank)"),
+        "{table}"
+    );
+    let help = text(&mcpgw_in(&config.path, &["search", "--help"]).stdout);
+    for needle in [
+        "<QUERY>",
+        "What the tool should do",
+        "--top-k",
+        "from 1 to 50",
+        "--json",
+        "--explain",
+    ] {
+        assert!(
+            help.contains(needle),
+            "search --help lacks {needle}: {help}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Upstream supervision: a stdio child that dies is noticed at once and restarted, one that
 //! freezes is found by liveness pings, killed and replaced while the calls waiting on it fail
-//! fast, and a child that crashes says why in its own words.
+//! fast, a child that crashes says why in its own words, and a child never outlives a gateway
+//! killed outright.
 
 use std::{
     process::Command,
@@ -187,4 +188,49 @@ fn servers_test_prints_its_own_message_and_no_raw_worker_error() {
     );
     assert!(!stderr.contains("worker quit"), "{stderr}");
     assert!(!stderr.contains("ERROR"), "{stderr}");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn stdio_child_dies_with_a_gateway_killed_outright() {
+    // A gateway killed with SIGKILL runs no shutdown code, and its stdio children live in
+    // process groups of their own, so killing the gateway's group does not reach them either.
+    // Most servers exit when their stdin closes; server-everything with its subscriber-update
+    // timer running does not, and before PR_SET_PDEATHSIG it lived on, re-parented to PID 1.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let pids = scratch.path().join("pids");
+    let config = write_config(&format!(
+        "{PASSTHROUGH}{}",
+        recorded_server(
+            "everything",
+            &pids,
+            &format!("node {} stdio", everything_js()),
+            "",
+        )
+    ));
+    let mut gateway = Gateway::start(config);
+    let child = recorded_pids(&pids);
+    assert_eq!(child.len(), 1, "{child:?}");
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([{"op": "call_tool", "name": "everything__toggle-subscriber-updates", "arguments": {}}]),
+    );
+    assert_eq!(report["steps"][0]["isError"], false, "{report}");
+    assert!(alive(child[0]));
+    signal(gateway.proc.pid(), "KILL");
+    let _ = gateway.proc.child.wait();
+    let killed = Instant::now();
+    while alive(child[0]) && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survived = alive(child[0]);
+    if survived {
+        // Not left behind for the next test run, whatever the verdict.
+        signal(child[0], "KILL");
+    }
+    assert!(
+        !survived,
+        "the stdio child outlived its killed gateway by 5 s"
+    );
 }

@@ -194,6 +194,7 @@ pub(crate) fn parse_search(
             destructive: flag("destructive")?,
             tools: None,
         },
+        explain: false,
     })
 }
 

@@ -195,6 +195,8 @@ pub(crate) fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    #[cfg(target_os = "linux")]
+    die_with_gateway(&mut command);
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let mut child = wrapped.spawn().map_err(|e| UpstreamError::Spawn {
@@ -239,6 +241,38 @@ pub(crate) fn spawn(
             tail,
         },
     })
+}
+
+/// Makes the kernel send the child SIGKILL when the gateway dies without stopping it (killed
+/// with SIGKILL, crashed, or stopped by a client that gave up waiting), so an upstream never
+/// outlives the gateway that started it. A normal shutdown ends the group first, as above; this
+/// covers the paths where no code of ours runs. It reaches only the direct child: a launcher's
+/// grandchild (`npx` starting node) is not covered, but a launcher that dies closes the
+/// grandchild's stdin, which most servers take as the end.
+///
+/// The signal follows the *thread* that spawned the child, not the process: children are
+/// spawned from async tasks, on the runtime's worker threads (or the main thread under
+/// `block_on`), which live as long as the gateway. Never spawn a stdio upstream from a
+/// `spawn_blocking` thread: that thread ends when idle, and its children would be killed.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)] // `pre_exec` is unsafe; there is no safe way to run code between fork and exec
+fn die_with_gateway(command: &mut tokio::process::Command) {
+    let gateway = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: it makes two raw system calls (prctl, getppid), allocates nothing and
+    // takes no lock (`last_os_error` and `from_raw_os_error` only wrap an errno).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The gateway died between fork and prctl: no signal will come, so do not start.
+            if u32::try_from(libc::getppid()).ok() != Some(gateway) {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Owns the child until it has ended and its group is gone: publishes the exit the moment the
