@@ -156,6 +156,28 @@ pub enum Exposure {
     Auto,
 }
 
+/// Enums read from the file display as the file writes them (`search`, `when-needed`), so
+/// messages and logs speak the configuration's words rather than Rust's (`Search`).
+macro_rules! display_as_written {
+    ($($ty:ident { $($variant:ident => $word:literal),+ $(,)? })+) => {$(
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $($ty::$variant => $word),+
+                })
+            }
+        }
+    )+};
+}
+pub(crate) use display_as_written;
+
+display_as_written! {
+    ClientAuth { Auto => "auto", ApiKey => "api_key" }
+    Exposure { Search => "search", Passthrough => "passthrough", Auto => "auto" }
+    Prefix { Always => "always", WhenNeeded => "when-needed" }
+    Strategy { Bm25 => "bm25", Vector => "vector", Hybrid => "hybrid" }
+}
+
 /// The default `[gateway] token_budget`: 5% of a 200k-token context.
 pub const DEFAULT_TOKEN_BUDGET: usize = 10_000;
 
