@@ -111,7 +111,7 @@ enum Command {
         #[command(subcommand)]
         command: ServersCommand,
     },
-    /// Check the configuration file.
+    /// Check the configuration file: every problem, and what would fail on this machine.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
@@ -251,8 +251,21 @@ enum ClientsCommand {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Validate the configuration and report every problem.
-    Check,
+    /// Report every problem of the configuration, each as FILE:LINE:COLUMN, in line order.
+    ///
+    /// Errors: unknown keys (with "did you mean"), values of the wrong type or out of range,
+    /// secrets written inline. Warnings, about this machine: stdio commands not found on PATH,
+    /// URLs the network policy will refuse (with the line that allows them), secrets whose
+    /// environment variable is unset.
+    ///
+    /// Exit status: 0 with no errors (warnings alone do not fail the check), 2 when the file has
+    /// errors, 1 when --connect could not reach a server.
+    Check {
+        /// Also connect to every enabled server, as `mcpgw servers test` does, and report each:
+        /// its tools and protocol, or why it cannot be reached.
+        #[arg(long)]
+        connect: bool,
+    },
 }
 
 /// A failure with the exit code it maps to.
@@ -369,8 +382,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ServersCommand::List { json },
         } => command::servers_list(config_path, json).await,
         Command::Config {
-            command: ConfigCommand::Check,
-        } => command::config_check(config_path),
+            command: ConfigCommand::Check { connect },
+        } => command::config_check(config_path, connect).await,
         Command::Import { file, output } => command::import(&file, output.as_deref()),
         Command::Auth {
             command:
