@@ -76,7 +76,7 @@ pub(crate) async fn serve(
             _ => tracing::info!(
                 server = %status.name,
                 tools = status.tool_count.unwrap_or(0),
-                era = status.era.map(|era| era.to_string()).unwrap_or_default(),
+                era = %status.era.map(|era| era.to_string()).unwrap_or_default(),
                 "server ready"
             ),
         }

@@ -393,7 +393,7 @@ exposre = "search"
 
 [[servers]]
 name = "everything"
-transport = { type = "stdio", command = "npx", args = ["-y", "@modelcontextprotocol/server-everything@2026.1.26"] }
+transport = { type = "stdio", command = "npx", args = ["-y", "@modelcontextprotocol/server-everything@2026.8.31"] }
 
 [[servers]]
 name = "time"

@@ -7,6 +7,7 @@ mod bad_input;
 mod cli;
 mod client_keys;
 mod clients;
+mod config_check;
 mod connections;
 mod drain;
 mod example;
