@@ -319,7 +319,7 @@ fn refused(
     }
     let problem = Problem::new(format!("{}.url", at.transport), refusal.to_string());
     Some(match (&config.network.settings, lines.is_empty()) {
-        (netguard::Settings::Toml, false) => {
+        (netguard::Settings::Toml { .. }, false) => {
             problem.hint(format!("the line to write: {}", lines.join(", or ")))
         }
         _ => problem,
@@ -439,6 +439,17 @@ stratgy = "bm25"
             "[[servers]]\nname = \"dev\"\ntransport = { type = \"http\", url = \"http://localhost:3000/mcp\" }\n\n[network]\nallow = [\"10.0.0.0/8\"]\n",
             expect![[r#"
                 warning: 3:30: servers[0].transport.url: refused http://localhost:3000: plain http is allowed only for hosts named in [network] allow; to allow it, use https, or add "localhost" to [network] allow in mcpgw.toml, or set allow_private_network = true on server 'dev' (hint: the line to write: change `allow` under `[network]` to `allow = ["10.0.0.0/8", "localhost"]`, or add `allow_private_network = true` to server 'dev')
+                0 errors, 1 warnings, config read"#]],
+        );
+    }
+
+    #[test]
+    fn a_refusal_names_the_file_the_config_is_read_from() {
+        check_text(
+            "first-hour.toml",
+            "[[servers]]\nname = \"dev\"\ntransport = { type = \"http\", url = \"https://10.1.2.3/mcp\" }\n",
+            expect![[r#"
+                warning: 3:30: servers[0].transport.url: refused https://10.1.2.3: 10.1.2.3 is not a public address (private network); to allow it, add "10.1.2.3" to [network] allow in first-hour.toml, or set allow_private_network = true on server 'dev' (hint: the line to write: add `[network]` with `allow = ["10.1.2.3"]`, or add `allow_private_network = true` to server 'dev')
                 0 errors, 1 warnings, config read"#]],
         );
     }

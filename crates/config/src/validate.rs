@@ -61,6 +61,12 @@ pub(crate) struct LocatedServer {
 /// Resolve an mcpgw.toml file as far as it is valid: the configuration with every server that
 /// resolved (defaults where a setting had a problem), and every problem.
 pub(crate) fn validate_partial(file: ConfigFile, source: &Path) -> Resolved {
+    let settings = match source.file_name() {
+        Some(name) => netguard::Settings::Toml {
+            file: name.to_string_lossy().into_owned(),
+        },
+        None => netguard::Settings::default(),
+    };
     let servers = file
         .servers
         .into_iter()
@@ -71,14 +77,17 @@ pub(crate) fn validate_partial(file: ConfigFile, source: &Path) -> Resolved {
             server,
         })
         .collect();
-    resolve_partial(
+    let mut resolved = resolve_partial(
         file.gateway,
         servers,
         (file.retrieval, file.store, file.network, file.audit),
         (file.profiles, file.approval, file.limits),
         source,
         InlineSecrets::Reject,
-    )
+    );
+    // Refusals name this file as the place for `[network] allow`.
+    resolved.config.network.settings = settings;
+    resolved
 }
 
 pub(crate) fn resolve(
@@ -423,7 +432,7 @@ impl Validator {
         }
         NetworkConfig {
             allow,
-            settings: netguard::Settings::Toml,
+            settings: netguard::Settings::default(),
         }
     }
 

@@ -30,16 +30,24 @@ struct Parts {
 
 /// Where the lines a refusal suggests are written, so that its message names a file the user
 /// has: a gateway serving an `mcpServers` JSON file as it is has no `mcpgw.toml` to edit.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Settings {
-    /// mcpgw.toml, with its `[network] allow` and each server's `allow_private_network`.
-    #[default]
-    Toml,
+    /// A TOML file (`file` is its name, `mcpgw.toml` by default), with its `[network] allow`
+    /// and each server's `allow_private_network`.
+    Toml { file: String },
     /// An `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) served as it is, which has
     /// no such settings: they go into an mcpgw.toml made from it by `mcpgw import`. Both are
     /// paths as the user should type them.
     McpServersJson { file: String, toml: String },
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::Toml {
+            file: "mcpgw.toml".to_owned(),
+        }
+    }
 }
 
 /// Why a request was refused.
@@ -197,8 +205,8 @@ impl Remedy {
     /// `; to allow it, ...`, naming where the settings go.
     fn write(&self, f: &mut fmt::Formatter<'_>, settings: &Settings) -> fmt::Result {
         let in_toml = match settings {
-            Settings::Toml => " in mcpgw.toml",
-            Settings::McpServersJson { .. } => "",
+            Settings::Toml { file } => format!(" in {file}"),
+            Settings::McpServersJson { .. } => String::new(),
         };
         let mut ways = Vec::new();
         if self.https {
