@@ -389,13 +389,22 @@ fn quoted_list(names: &[&str]) -> String {
         .join(", ")
 }
 
-/// serde's type names in the words of TOML: `i64` is an integer, a map a table.
+/// serde's type names in the words of TOML: `i64` is an integer, a map a table. A string value
+/// is not repeated: it may be a credential pasted into the wrong place.
 fn plain_words(message: &str) -> String {
+    let mut message = message.to_owned();
+    if let Some(start) = message.find("invalid type: string \"")
+        && let Some(end) = message.find("\", expected")
+        && end > start
+    {
+        message.replace_range(start..end + 1, "invalid type: a string");
+    }
     let mut out = message
         .replace("expected i64", "expected an integer")
         .replace("expected f64", "expected a number")
         .replace("expected a sequence", "expected an array")
         .replace("invalid type: map", "invalid type: table")
+        .replace("expected a map", "expected a table")
         .replace("invalid type: sequence", "invalid type: array")
         .replace(" as i128", "");
     for (prefix, words) in [
@@ -746,11 +755,19 @@ transport = { url = "http://x" }
         check(
             "[gateway]\ntoken_budget = \"lots\"\n\n[audit]\nmax_rows = 1e6\nretention_days = 99999999999999999999\n\n[[servers]]\nname = \"a\"\ntimeout_s = 0\ntransport = { type = \"stdio\", command = \"x\" }\nauth = { type = \"oauth\", scopes = \"read write\" }\n",
             expect![[r#"
-                2:16: gateway.token_budget: invalid type: string "lots", expected an integer
+                2:16: gateway.token_budget: invalid type: a string, expected an integer
                 5:12: audit.max_rows: invalid type: floating point `1000000.0`, expected an integer
                 6:18: audit.retention_days: invalid type: integer `99999999999999999999`, expected an integer
                 10:1: servers[0].timeout_s: timeout must be between 1 and 300 seconds, got 0 (hint: leave it out for the default of 30)
-                12:8: servers[0].auth: invalid type: string "read write", expected an array"#]],
+                12:8: servers[0].auth: invalid type: a string, expected an array"#]],
+        );
+    }
+
+    #[test]
+    fn a_string_in_the_wrong_place_is_not_repeated() {
+        check(
+            "[[servers]]\nname = \"a\"\ntransport = { type = \"http\", url = \"https://x.example\", headers = \"Bearer sk-live-123\" }\n",
+            expect!["3:13: servers[0].transport: invalid type: a string, expected a table"],
         );
     }
 

@@ -366,7 +366,7 @@ mod tests {
             expect![[r#"
                 invalid configuration (3 problems):
                   1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
-                  3:1: servers[0].auth: invalid type: string "read", expected an array
+                  3:1: servers[0].auth: invalid type: a string, expected an array
                   5:1: servers[0].auth.scope: unknown key (hint: did you mean `scopes`?)"#]],
         );
         check(
@@ -381,7 +381,7 @@ mod tests {
             expect![[r#"
                 invalid configuration (2 problems):
                   1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
-                  3:8: servers[0].auth: invalid type: string "read write", expected an array"#]],
+                  3:8: servers[0].auth: invalid type: a string, expected an array"#]],
         );
     }
 
@@ -401,7 +401,7 @@ mod tests {
             "[audit]\nretention_days = \"90d\"\n",
             expect![[r#"
                 invalid configuration (1 problem):
-                  2:18: audit.retention_days: invalid type: string "90d", expected an integer"#]],
+                  2:18: audit.retention_days: invalid type: a string, expected an integer"#]],
         );
         check(
             "[audit]\nmax_rows = 1e6\n",

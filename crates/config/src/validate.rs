@@ -2040,7 +2040,7 @@ allow = ["localhost", "", "http://localhost:3000/mcp", "10.1.2.3/8", "10.0.0.0/3
             "[network]\nallow = \"localhost\"\n",
             expect![[r#"
                 invalid configuration (1 problem):
-                  2:9: network.allow: invalid type: string "localhost", expected an array"#]],
+                  2:9: network.allow: invalid type: a string, expected an array"#]],
         );
         check(
             "[network]\nallowed = []\n",
