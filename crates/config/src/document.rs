@@ -480,28 +480,34 @@ fn find(doc: &DeTable<'_>, span: &Range<usize>) -> Option<Hit> {
             });
         }
     }
-    fn walk(value: &DeValue<'_>, path: &mut Vec<Seg>, span: &Range<usize>, best: &mut Option<Hit>) {
-        match value {
-            DeValue::Table(table) => {
-                for (key, item) in table.iter() {
-                    path.push(Seg::Key(key.get_ref().to_string()));
-                    if key.span() == *span {
-                        consider(best, path, span, true);
-                    }
-                    if item.span() == *span {
-                        consider(best, path, span, false);
-                    }
-                    walk(item.get_ref(), path, span, best);
-                    path.pop();
-                }
+    fn table(
+        table: &DeTable<'_>,
+        path: &mut Vec<Seg>,
+        span: &Range<usize>,
+        best: &mut Option<Hit>,
+    ) {
+        for (key, item) in table.iter() {
+            path.push(Seg::Key(key.get_ref().to_string()));
+            if key.span() == *span {
+                consider(best, path, span, true);
             }
+            if item.span() == *span {
+                consider(best, path, span, false);
+            }
+            value(item.get_ref(), path, span, best);
+            path.pop();
+        }
+    }
+    fn value(node: &DeValue<'_>, path: &mut Vec<Seg>, span: &Range<usize>, best: &mut Option<Hit>) {
+        match node {
+            DeValue::Table(inner) => table(inner, path, span, best),
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     path.push(Seg::Index(i));
                     if item.span() == *span {
                         consider(best, path, span, false);
                     }
-                    walk(item.get_ref(), path, span, best);
+                    value(item.get_ref(), path, span, best);
                     path.pop();
                 }
             }
@@ -509,55 +515,45 @@ fn find(doc: &DeTable<'_>, span: &Range<usize>) -> Option<Hit> {
         }
     }
     let mut best = None;
-    // Walked as a value so the root's entries are handled like any table's.
-    walk(
-        &DeValue::Table(doc.clone()),
-        &mut Vec::new(),
-        span,
-        &mut best,
-    );
+    table(doc, &mut Vec::new(), span, &mut best);
     best
 }
 
 /// The table at or beneath `path` that holds `key`, the first in the text.
 fn table_holding(doc: &DeTable<'_>, path: &[Seg], key: &str) -> Option<Vec<Seg>> {
-    fn walk(
-        value: &DeValue<'_>,
-        path: &mut Vec<Seg>,
-        key: &str,
-        found: &mut Option<(usize, Vec<Seg>)>,
-    ) {
-        match value {
-            DeValue::Table(table) => {
-                if let Some((held, _)) = table.get_key_value(key) {
-                    let at = held.span().start;
-                    if found.as_ref().is_none_or(|(first, _)| at < *first) {
-                        *found = Some((at, path.clone()));
-                    }
-                }
-                for (name, item) in table.iter() {
-                    path.push(Seg::Key(name.get_ref().to_string()));
-                    walk(item.get_ref(), path, key, found);
-                    path.pop();
-                }
+    type Found = Option<(usize, Vec<Seg>)>;
+    fn table(table: &DeTable<'_>, path: &mut Vec<Seg>, key: &str, found: &mut Found) {
+        if let Some((held, _)) = table.get_key_value(key) {
+            let at = held.span().start;
+            if found.as_ref().is_none_or(|(first, _)| at < *first) {
+                *found = Some((at, path.clone()));
             }
+        }
+        for (name, item) in table.iter() {
+            path.push(Seg::Key(name.get_ref().to_string()));
+            value(item.get_ref(), path, key, found);
+            path.pop();
+        }
+    }
+    fn value(node: &DeValue<'_>, path: &mut Vec<Seg>, key: &str, found: &mut Found) {
+        match node {
+            DeValue::Table(inner) => table(inner, path, key, found),
             DeValue::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     path.push(Seg::Index(i));
-                    walk(item.get_ref(), path, key, found);
+                    value(item.get_ref(), path, key, found);
                     path.pop();
                 }
             }
             _ => {}
         }
     }
-    let start = if path.is_empty() {
-        DeValue::Table(doc.clone())
-    } else {
-        value_ref(doc, path)?.clone()
-    };
     let mut found = None;
-    walk(&start, &mut path.to_vec(), key, &mut found);
+    if path.is_empty() {
+        table(doc, &mut Vec::new(), key, &mut found);
+    } else {
+        value(value_ref(doc, path)?, &mut path.to_vec(), key, &mut found);
+    }
     found.map(|(_, path)| path)
 }
 
