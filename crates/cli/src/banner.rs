@@ -72,7 +72,7 @@ impl Settling {
         };
         let mut settled = self.settled.lock().unwrap_or_else(|p| p.into_inner());
         settled.push(Outcome {
-            name: status.name.clone(),
+            name: status.name.to_string(),
             tools: status.tool_count.unwrap_or(0),
             failure,
         });
@@ -140,7 +140,7 @@ mod tests {
         tools: Option<usize>,
     ) -> upstream::ServerStatus {
         upstream::ServerStatus {
-            name: name.to_owned(),
+            name: name.into(),
             state,
             era: None,
             protocol_version: None,

@@ -84,7 +84,7 @@ pub(crate) async fn serve(
         .upstreams()
         .servers()
         .iter()
-        .map(|s| s.name().to_owned())
+        .map(|s| s.name().to_string())
         .collect();
     if let (Some(listener), Some(access)) = (&listener, &access) {
         eprint!(
@@ -110,7 +110,7 @@ pub(crate) async fn serve(
             _ => tracing::info!(
                 server = %status.name,
                 tools = status.tool_count.unwrap_or(0),
-                era = ?status.era,
+                era = %status.era.map(|era| era.to_string()).unwrap_or_default(),
                 "server ready"
             ),
         }
@@ -328,22 +328,17 @@ pub(crate) async fn tools(
                 Some(profile) => gateway::Access::for_profile(&gateway, profile),
                 None => gateway.access(gateway::Principal::Local),
             };
-            let word = |exposure: config::Exposure| match exposure {
-                config::Exposure::Search => "search",
-                config::Exposure::Passthrough => "passthrough",
-                config::Exposure::Auto => "auto",
-            };
             let configured = access.configured_exposure();
             let effective = access.exposure();
             let mode = if configured == config::Exposure::Auto {
                 format!(
                     "auto exposure: {} ({} tokens against a budget of {})",
-                    word(effective),
+                    effective,
                     access.passthrough_tokens(),
                     gateway.config().gateway.token_budget
                 )
             } else {
-                format!("{} exposure", word(effective))
+                format!("{} exposure", effective)
             };
             let pinned = access.pinned();
             let pinned = if effective == config::Exposure::Search && !pinned.is_empty() {
@@ -371,35 +366,18 @@ pub(crate) async fn servers_test(
     name: &str,
     json: bool,
 ) -> Result<(), Failure> {
-    let mut config = load_config(config_path)?;
-    let Some(mut server) = config.server(name).cloned() else {
+    let config = load_config(config_path)?;
+    let Some(server) = config.server(name).cloned() else {
         let known: Vec<String> = config.servers.iter().map(|s| s.name.to_string()).collect();
         return Err(Failure::usage(anyhow!(
             "no server named '{name}'; configured: {}",
             known.join(", ")
         )));
     };
-    // Testing a disabled server is a legitimate question; answer it.
-    server.enabled = true;
-    // Only an OAuth server needs the database (its tokens); a plain test leaves it untouched.
-    let store = if matches!(server.auth, config::Auth::OAuth(_)) {
-        gateway::open_store(&config.store).await
-    } else {
-        None
-    };
-    config.servers = vec![server];
-    let gateway = Gateway::new(config, store);
-    let started = Instant::now();
-    let upstream = gateway.upstreams().servers()[0].clone();
-    let result = upstream.refresh_tools().await;
-    let elapsed = started.elapsed();
-    let status = upstream.status();
-    let outcome = match &result {
-        Ok(tools) => {
-            let names: Vec<String> = tools
-                .iter()
-                .filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
-                .collect();
+    let tested = test_server(&config, server).await;
+    match &tested.result {
+        Ok(names) => {
+            let status = &tested.status;
             if json {
                 println!(
                     "{}",
@@ -412,11 +390,14 @@ pub(crate) async fn servers_test(
                         "tool_count": names.len(),
                         "tools": names,
                         "connect_ms": status.connect_ms,
-                        "total_ms": elapsed.as_millis() as u64,
+                        "total_ms": tested.elapsed.as_millis() as u64,
                     }))?
                 );
             } else {
-                println!("{}", render::server_test(name, &status, &names, elapsed));
+                println!(
+                    "{}",
+                    render::server_test(name, status, names, tested.elapsed)
+                );
             }
             Ok(())
         }
@@ -428,15 +409,52 @@ pub(crate) async fn servers_test(
                         "server": name,
                         "ok": false,
                         "error": error.to_string(),
-                        "total_ms": elapsed.as_millis() as u64,
+                        "total_ms": tested.elapsed.as_millis() as u64,
                     }))?
                 );
             }
             Err(Failure::from(anyhow!("server '{name}' failed: {error}")))
         }
+    }
+}
+
+/// One server's connection test: what it negotiated and its tool names, or the failure.
+struct Tested {
+    status: upstream::ServerStatus,
+    result: Result<Vec<String>, upstream::UpstreamError>,
+    elapsed: std::time::Duration,
+}
+
+/// Connects to `server` alone, as `servers test` does: the handshake and one tool listing,
+/// then the session is closed (a stdio child is stopped).
+async fn test_server(config: &config::Config, mut server: config::ServerConfig) -> Tested {
+    // Testing a disabled server is a legitimate question; answer it.
+    server.enabled = true;
+    // Only an OAuth server needs the database (its tokens); a plain test leaves it untouched.
+    let store = if matches!(server.auth, config::Auth::OAuth(_)) {
+        gateway::open_store(&config.store).await
+    } else {
+        None
     };
+    let mut config = config.clone();
+    config.servers = vec![server];
+    let gateway = Gateway::new(config, store);
+    let started = Instant::now();
+    let upstream = gateway.upstreams().servers()[0].clone();
+    let result = upstream.refresh_tools().await.map(|tools| {
+        tools
+            .iter()
+            .filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let status = upstream.status();
     gateway.shutdown().await;
-    outcome
+    Tested {
+        status,
+        result,
+        elapsed,
+    }
 }
 
 pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
@@ -494,19 +512,108 @@ fn held_counts(gateway: &Gateway) -> std::collections::HashMap<String, usize> {
     counts
 }
 
-pub(crate) fn config_check(config_path: Option<&Path>) -> Result<(), Failure> {
-    let config = load_config(config_path)?;
-    let enabled = config.servers.iter().filter(|s| s.enabled).count();
+/// Every problem of the file (exit 2 if any is an error), warnings about this machine, and
+/// with `connect` a connection test of every enabled server (exit 1 if one fails).
+pub(crate) async fn config_check(config_path: Option<&Path>, connect: bool) -> Result<(), Failure> {
+    let path = config::discover(config_path).map_err(Failure::usage)?;
+    let report = config::check(&path, &config::ThisMachine).map_err(Failure::usage)?;
+    let file = path.display();
+    for config::Finding { severity, problem } in &report.findings {
+        let place = match problem.location {
+            Some(at) => format!("{file}:{}:{}", at.line, at.column),
+            None => file.to_string(),
+        };
+        let hint = problem
+            .hint
+            .as_ref()
+            .map(|hint| format!(" (hint: {hint})"))
+            .unwrap_or_default();
+        eprintln!(
+            "{place}: {severity}: {}: {}{hint}",
+            problem.path, problem.message
+        );
+    }
+    let (errors, warnings) = (report.errors(), report.warnings());
+    let counts = format!(
+        "{errors} error{}, {warnings} warning{}",
+        plural(errors),
+        plural(warnings)
+    );
+    let mut failed = 0;
+    if connect && let Some(config) = &report.config {
+        failed = connect_all(config).await;
+    }
+    if errors > 0 {
+        return Err(Failure::usage(anyhow!("{file}: {counts}")));
+    }
+    let Some(config) = &report.config else {
+        return Err(Failure::usage(anyhow!("{file}: not readable")));
+    };
+    let enabled = config.enabled_servers().count();
     println!(
-        "{}: ok ({} servers, {} enabled; listen {}; exposure {:?}; retrieval {:?})",
-        config.source.display(),
+        "{file}: ok{} ({} servers, {enabled} enabled; listen {}; exposure {}; retrieval {})",
+        if warnings > 0 {
+            format!(", {counts}")
+        } else {
+            String::new()
+        },
         config.servers.len(),
-        enabled,
         config.gateway.listen,
         config.gateway.exposure,
         config.retrieval.strategy,
     );
+    if failed > 0 {
+        return Err(Failure::from(anyhow!(
+            "{failed} of {enabled} server{} could not be reached",
+            plural(enabled)
+        )));
+    }
     Ok(())
+}
+
+/// `config check --connect`: tests every enabled server at once, prints a line for each in
+/// file order, and returns how many failed.
+async fn connect_all(config: &config::Config) -> usize {
+    let servers: Vec<config::ServerConfig> = config.enabled_servers().cloned().collect();
+    let tests: Vec<_> = servers
+        .iter()
+        .map(|server| {
+            let (config, server) = (config.clone(), server.clone());
+            tokio::spawn(async move { test_server(&config, server).await })
+        })
+        .collect();
+    let mut failed = 0;
+    for (server, test) in servers.iter().zip(tests) {
+        let Ok(tested) = test.await else {
+            failed += 1;
+            println!("connect {}: failed: the test itself stopped", server.name);
+            continue;
+        };
+        match &tested.result {
+            Ok(tools) => {
+                let status = &tested.status;
+                println!(
+                    "connect {}: ok, {} tool{}, {} {} ({} era), {} ms",
+                    server.name,
+                    tools.len(),
+                    plural(tools.len()),
+                    status.server_name.as_deref().unwrap_or("(unnamed server)"),
+                    status.server_version.as_deref().unwrap_or(""),
+                    status.era.map(|era| era.to_string()).unwrap_or_default(),
+                    tested.elapsed.as_millis()
+                );
+            }
+            Err(error) => {
+                failed += 1;
+                println!("connect {}: failed: {error}", server.name);
+            }
+        }
+    }
+    failed
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 pub(crate) fn import(file: &Path, output: Option<&Path>) -> Result<(), Failure> {

@@ -122,7 +122,7 @@ enum Command {
         #[command(subcommand)]
         command: ServersCommand,
     },
-    /// Check the configuration file.
+    /// Check the configuration file: every problem, and what would fail on this machine.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
@@ -265,8 +265,21 @@ enum ClientsCommand {
 
 #[derive(Subcommand)]
 enum ConfigCommand {
-    /// Validate the configuration and report every problem.
-    Check,
+    /// Report every problem of the configuration, each as FILE:LINE:COLUMN, in line order.
+    ///
+    /// Errors: unknown keys (with "did you mean"), values of the wrong type or out of range,
+    /// secrets written inline. Warnings, about this machine: stdio commands not found on PATH,
+    /// URLs the network policy will refuse (with the line that allows them), secrets whose
+    /// environment variable is unset.
+    ///
+    /// Exit status: 0 with no errors (warnings alone do not fail the check), 2 when the file has
+    /// errors, 1 when --connect could not reach a server.
+    Check {
+        /// Also connect to every enabled server, as `mcpgw servers test` does, and report each:
+        /// its tools and protocol, or why it cannot be reached.
+        #[arg(long)]
+        connect: bool,
+    },
 }
 
 /// A failure with the exit code it maps to.
@@ -313,13 +326,14 @@ fn main() -> ExitCode {
     quiet_candle_pool();
     let cli = Cli::parse();
     // rmcp logs whole handshake payloads at info; keep them for `--log rmcp=debug`. A one-shot
-    // command reports a server's failure itself, in its own words: rmcp's HTTP client worker
-    // would print it first as a raw `ERROR worker quit with fatal: ...` line.
+    // command reports a server's failure itself, in its own words: libraries (rmcp's HTTP worker
+    // with its raw `ERROR worker quit with fatal: ...`, hyper, reqwest, sqlx) say nothing unless
+    // `--log` or RUST_LOG asks them to.
     let default_level = match cli.command {
-        Command::Serve { .. } => "info,rmcp=warn",
-        _ => "warn,rmcp=error,rmcp::transport::worker=off",
+        Command::Serve { .. } => "info,rmcp=warn".to_owned(),
+        _ => one_shot_filter(),
     };
-    init_logging(cli.log.as_deref(), default_level);
+    init_logging(cli.log.as_deref(), &default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -384,8 +398,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             command: ServersCommand::List { json },
         } => command::servers_list(config_path, json).await,
         Command::Config {
-            command: ConfigCommand::Check,
-        } => command::config_check(config_path),
+            command: ConfigCommand::Check { connect },
+        } => command::config_check(config_path, connect).await,
         Command::Import { file, output } => command::import(&file, output.as_deref()),
         Command::Auth {
             command:
@@ -428,6 +442,30 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
     }
+}
+
+/// The workspace's own crates (and the binary's targets, `mcpgw::...`): the only log targets a
+/// one-shot command shows by default.
+const OWN_TARGETS: [&str; 10] = [
+    "mcpgw",
+    "gateway",
+    "upstream",
+    "config",
+    "catalog",
+    "store",
+    "embed",
+    "eval",
+    "netguard",
+    "retrieval",
+];
+
+/// Warnings from mcpgw's own crates, nothing from libraries.
+fn one_shot_filter() -> String {
+    let mut filter = "off".to_owned();
+    for target in OWN_TARGETS {
+        filter.push_str(&format!(",{target}=warn"));
+    }
+    filter
 }
 
 /// rmcp's OAuth module, which logs the authorisation code (and more) at `debug`.
@@ -482,6 +520,23 @@ fn names_target(filter: &str, target: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_shot_commands_hear_no_library_by_default() {
+        let filter = one_shot_filter();
+        for library in [
+            "rmcp",
+            "rmcp::transport::worker",
+            "hyper",
+            "reqwest",
+            "sqlx",
+        ] {
+            assert!(!names_target(&filter, library), "{library} in {filter}");
+        }
+        assert!(filter.starts_with("off,"), "{filter}");
+        assert!(filter.contains(",upstream=warn"), "{filter}");
+        assert!(tracing_subscriber::EnvFilter::try_new(&filter).is_ok());
+    }
 
     #[test]
     fn only_a_directive_for_the_auth_module_lifts_its_cap() {

@@ -152,10 +152,7 @@ pub(crate) fn servers_table(
         table.add_row([
             status.name.to_string(),
             state_word(status).to_owned(),
-            status
-                .era
-                .map(|e| format!("{e:?}").to_lowercase())
-                .unwrap_or_default(),
+            status.era.map(|e| e.to_string()).unwrap_or_default(),
             status.protocol_version.clone().unwrap_or_default(),
             status.tool_count.map(|n| n.to_string()).unwrap_or_default(),
             detail,
@@ -170,10 +167,7 @@ pub(crate) fn server_test(
     tools: &[String],
     elapsed: Duration,
 ) -> String {
-    let era = status
-        .era
-        .map(|e| format!("{e:?}").to_lowercase())
-        .unwrap_or_default();
+    let era = status.era.map(|e| e.to_string()).unwrap_or_default();
     let mut out = format!(
         "server    {name}: ok\nimplements {} {}\nprotocol  {} ({era} era)\nlatency   connect {} ms, total {} ms\ntools     {}\n",
         status

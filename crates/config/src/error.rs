@@ -44,12 +44,29 @@ pub enum ConfigError {
     BadServerName { name: String, reason: String },
 }
 
-/// One thing wrong with a config, located by a path such as `servers[1].timeout_s`.
+/// One thing wrong with a config, located by a path such as `servers[1].timeout_s` and, in a
+/// TOML file, by the line and column of the text it is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub path: String,
     pub message: String,
     pub hint: Option<String>,
+    /// Where in the file; `None` for a JSON file (its parser keeps no positions) or a problem
+    /// about something the file does not contain.
+    pub location: Option<Location>,
+}
+
+/// A 1-based line and column (in characters) in a config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.column)
+    }
 }
 
 impl Problem {
@@ -58,6 +75,7 @@ impl Problem {
             path: path.into(),
             message: message.into(),
             hint: None,
+            location: None,
         }
     }
 
@@ -67,8 +85,13 @@ impl Problem {
     }
 }
 
+/// `3:1: gateway.exposre: unknown key (hint: did you mean `exposure`?)`; the caller adds the
+/// file name where it helps.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(location) = self.location {
+            write!(f, "{location}: ")?;
+        }
         write!(f, "{}: {}", self.path, self.message)?;
         if let Some(hint) = &self.hint {
             write!(f, " (hint: {hint})")?;

@@ -3,12 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
 
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use crate::{ClientAuth, ConfigError, Exposure, Prefix, Strategy};
+use crate::{ClientAuth, Exposure, Prefix, Strategy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -253,36 +252,16 @@ impl<'de> Deserialize<'de> for ValueFile {
     }
 }
 
-pub(crate) fn parse(text: &str, source: &Path) -> Result<ConfigFile, ConfigError> {
-    toml::from_str(text).map_err(|err| {
-        let (line, column) = err.span().map_or((1, 1), |span| position(text, span.start));
-        ConfigError::Parse {
-            path: source.to_owned(),
-            line,
-            column,
-            message: err.message().trim_end().to_owned(),
-        }
-    })
-}
-
-/// 1-based line and column (in characters) of a byte offset.
-fn position(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use expect_test::{Expect, expect};
 
-    use super::*;
-
+    /// The problems `text` is read with, or how many servers it has.
     fn check(text: &str, expect: Expect) {
-        let actual = match parse(text, Path::new("mcpgw.toml")) {
-            Ok(file) => format!("ok {} servers", file.servers.len()),
+        let actual = match crate::parse_toml(text, Path::new("mcpgw.toml")) {
+            Ok(config) => format!("ok {} servers", config.servers.len()),
             Err(err) => err.to_string(),
         };
         expect.assert_eq(&actual);
@@ -292,9 +271,9 @@ mod tests {
     fn unknown_field_at_top_level() {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
-            expect![
-                "mcpgw.toml:7:2: unknown field `tls`, expected one of `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  7:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`)"#]],
         );
     }
 
@@ -302,9 +281,9 @@ mod tests {
     fn unknown_field_in_gateway() {
         check(
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
-            expect![
-                "mcpgw.toml:3:1: unknown field `port`, expected one of `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:1: gateway.port: unknown key (hint: the keys here are `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`)"#]],
         );
     }
 
@@ -312,9 +291,9 @@ mod tests {
     fn unknown_field_in_server() {
         check(
             "[[servers]]\nname = \"a\"\ntimeout = 3\ntransport = { type = \"stdio\", command = \"x\" }\n",
-            expect![
-                "mcpgw.toml:3:1: unknown field `timeout`, expected one of `name`, `description`, `timeout_s`, `refresh_s`, `ping_s`, `ping_misses`, `enabled`, `transport`, `auth`, `allow_private_network`, `trust_changes`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:1: servers[0].timeout: unknown key (hint: did you mean `timeout_s`?)"#]],
         );
     }
 
@@ -322,33 +301,39 @@ mod tests {
     fn unknown_field_inside_transport() {
         check(
             "[[servers]]\nname = \"a\"\ntransport = { type = \"stdio\", command = \"x\", url = \"http://x\" }\n",
-            expect![
-                "mcpgw.toml:3:13: unknown field `url`, expected one of `command`, `args`, `env`, `cwd`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:46: servers[0].transport.url: unknown key (hint: the keys here are `command`, `args`, `env`, `cwd`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\n\n[servers.transport]\ntype = \"http\"\nurl = \"http://x\"\nheader = {}\n",
-            expect!["mcpgw.toml:4:1: unknown field `header`, expected `url` or `headers`"],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  7:1: servers[0].transport.header: unknown key (hint: did you mean `headers`?)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\ntransport = { type = \"sse\", url = \"http://x\", headers = { A = { env = \"X\", prefx = \"B\" } } }\n",
-            expect!["mcpgw.toml:3:13: unknown field `prefx`, expected `env` or `prefix`"],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:76: servers[0].transport.headers.A.prefx: unknown key (hint: did you mean `prefix`?)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\ntransport = { type = \"ws\", url = \"http://x\" }\n",
-            expect![
-                "mcpgw.toml:3:22: unknown variant `ws`, expected one of `stdio`, `http`, `sse`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:22: servers[0].transport.type: unknown value `ws` (hint: use one of `stdio`, `http`, `sse`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\ntransport = { url = \"http://x\" }\n",
-            expect!["mcpgw.toml:3:13: missing field `type`"],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:13: servers[0].transport: missing field `type`"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\ntransport = { type = \"stdio\", command = \"x\", env = { A = 1 } }\n",
-            expect![[
-                r#"mcpgw.toml:3:13: invalid type: integer `1`, expected a string or a secret reference like { env = "VAR" }"#
-            ]],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  3:13: servers[0].transport: invalid type: integer `1`, expected a string or a secret reference like { env = "VAR" }"#]],
         );
     }
 
@@ -356,33 +341,47 @@ mod tests {
     fn unknown_field_or_type_in_auth() {
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"bearer\", token = \"x\" }\n",
-            expect!["mcpgw.toml:3:8: unknown field `token`, expected `env`"],
+            expect![[r#"
+                invalid configuration (3 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:1: servers[0].auth.env: missing env (hint: name the environment variable that holds the credential, such as env = "A_TOKEN")
+                  3:27: servers[0].auth.token: unknown key (hint: the keys here are `env`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"header\", name = \"X\", env = \"E\", prefix = \"x\" }\n",
-            expect![
-                "mcpgw.toml:3:8: unknown field `prefix`, expected one of `name`, `scheme`, `env`"
-            ],
+            expect![[r#"
+                invalid configuration (2 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:50: servers[0].auth.prefix: unknown key (hint: the keys here are `name`, `scheme`, `env`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"none\", env = \"E\" }\n",
-            expect!["mcpgw.toml:3:8: unknown field `env`, there are no fields"],
+            expect![[r#"
+                invalid configuration (2 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:25: servers[0].auth.env: unknown key (hint: this table takes no other keys; remove the line)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\n[servers.auth]\ntype = \"oauth\"\nscope = \"read\"\n",
-            expect![
-                "mcpgw.toml:3:1: unknown field `scope`, expected one of `scopes`, `client_id`, `client_secret_env`, `client_metadata_url`, `redirect_uri`, `authorization_params`, `token_params`, `resource`"
-            ],
+            expect![[r#"
+                invalid configuration (3 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:1: servers[0].auth: invalid type: a string, expected an array
+                  5:1: servers[0].auth.scope: unknown key (hint: did you mean `scopes`?)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"basic\", env = \"E\" }\n",
-            expect![
-                "mcpgw.toml:3:17: unknown variant `basic`, expected one of `none`, `bearer`, `header`, `oauth`"
-            ],
+            expect![[r#"
+                invalid configuration (2 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:17: servers[0].auth.type: unknown value `basic` (hint: use one of `none`, `bearer`, `header`, `oauth`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"oauth\", scopes = \"read write\" }\n",
-            expect![[r#"mcpgw.toml:3:8: invalid type: string "read write", expected a sequence"#]],
+            expect![[r#"
+                invalid configuration (2 problems):
+                  1:1: servers[0].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })
+                  3:8: servers[0].auth: invalid type: a string, expected an array"#]],
         );
     }
 
@@ -394,23 +393,27 @@ mod tests {
         );
         check(
             "[audit]\nretention = 30\n",
-            expect![
-                "mcpgw.toml:2:1: unknown field `retention`, expected `retention_days` or `max_rows`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:1: audit.retention: unknown key (hint: the keys here are `retention_days`, `max_rows`)"#]],
         );
         check(
             "[audit]\nretention_days = \"90d\"\n",
-            expect![[r#"mcpgw.toml:2:18: invalid type: string "90d", expected i64"#]],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:18: audit.retention_days: invalid type: a string, expected an integer"#]],
         );
         check(
             "[audit]\nmax_rows = 1e6\n",
-            expect!["mcpgw.toml:2:12: invalid type: floating point `1000000.0`, expected i64"],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:12: audit.max_rows: invalid type: floating point `1000000.0`, expected an integer"#]],
         );
         check(
             "[audit]\nmax_rows = 99999999999999999999\n",
-            expect![
-                "mcpgw.toml:2:12: invalid type: integer `99999999999999999999` as i128, expected i64"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:12: audit.max_rows: invalid type: integer `99999999999999999999`, expected an integer"#]],
         );
     }
 
@@ -422,9 +425,9 @@ mod tests {
         );
         check(
             "[gateway]\nexposure = \"all\"\n",
-            expect![
-                "mcpgw.toml:2:12: unknown variant `all`, expected one of `search`, `passthrough`, `auto`"
-            ],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:12: gateway.exposure: unknown value `all` (hint: use one of `search`, `passthrough`, `auto`)"#]],
         );
         check("", expect!["ok 0 servers"]);
     }

@@ -59,10 +59,43 @@ pub fn import_mcp_servers_json(text: &str) -> Result<Imported, ConfigError> {
 
 /// The `load` path for a JSON file: same mapping, inline values kept as they are.
 pub(crate) fn config_from_json(text: &str, source: &Path) -> Result<Config, ConfigError> {
+    let resolved = resolve_json(text, source)?;
+    if resolved.problems.is_empty() {
+        Ok(resolved.config)
+    } else {
+        Err(ConfigError::Invalid(resolved.problems))
+    }
+}
+
+/// [`config_from_json`] as far as the file is valid. A refusal of the network policy tells the
+/// user to write its remedy into an mcpgw.toml made from this file: the JSON has no
+/// `[network]` settings.
+pub(crate) fn resolve_json(text: &str, source: &Path) -> Result<validate::Resolved, ConfigError> {
     let Mapped {
-        servers, problems, ..
+        servers,
+        mut problems,
+        ..
     } = map(text, source, Secrets::Inline)?;
-    finish(servers, problems, source, InlineSecrets::Allow)
+    let mut resolved = validate::resolve_partial(
+        GatewayFile::default(),
+        servers,
+        (
+            RetrievalFile::default(),
+            StoreFile::default(),
+            NetworkFile::default(),
+            AuditFile::default(),
+        ),
+        Default::default(),
+        source,
+        InlineSecrets::Allow,
+    );
+    problems.append(&mut resolved.problems);
+    resolved.problems = problems;
+    resolved.config.network.settings = netguard::Settings::McpServersJson {
+        file: source.display().to_string(),
+        toml: source.with_file_name("mcpgw.toml").display().to_string(),
+    };
+    Ok(resolved)
 }
 
 /// What happens to an inline value under a secret-looking name.

@@ -17,7 +17,9 @@
 //!   so no HTTP stack is compiled here); [`NetworkConfig::policy`] is the global SSRF policy.
 
 mod auth;
+mod check;
 mod discover;
+mod document;
 mod error;
 mod file;
 mod import;
@@ -33,8 +35,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
+pub use crate::check::{Environment, Finding, Report, Severity, ThisMachine, VarState, check};
 pub use crate::discover::discover;
-pub use crate::error::{ConfigError, Problem};
+pub use crate::error::{ConfigError, Location, Problem};
 pub use crate::import::{Imported, import_mcp_servers_json};
 pub use crate::origin::{AllowedHost, AllowedOrigin};
 pub use crate::policy::{
@@ -154,6 +157,28 @@ pub enum Exposure {
     Auto,
 }
 
+/// Enums read from the file display as the file writes them (`search`, `when-needed`), so
+/// messages and logs speak the configuration's words rather than Rust's (`Search`).
+macro_rules! display_as_written {
+    ($($ty:ident { $($variant:ident => $word:literal),+ $(,)? })+) => {$(
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $($ty::$variant => $word),+
+                })
+            }
+        }
+    )+};
+}
+pub(crate) use display_as_written;
+
+display_as_written! {
+    ClientAuth { Auto => "auto", ApiKey => "api_key" }
+    Exposure { Search => "search", Passthrough => "passthrough", Auto => "auto" }
+    Prefix { Always => "always", WhenNeeded => "when-needed" }
+    Strategy { Bm25 => "bm25", Vector => "vector", Hybrid => "hybrid" }
+}
+
 /// The default `[gateway] token_budget`: 5% of a 200k-token context.
 pub const DEFAULT_TOKEN_BUDGET: usize = 10_000;
 
@@ -252,13 +277,16 @@ pub struct NetworkConfig {
     /// `allow`: host names, `*.suffix` wildcards, IP addresses and CIDRs, optionally with a
     /// port, in file order.
     pub allow: Vec<netguard::Rule>,
+    /// Where these settings are written, for refusals to name: mcpgw.toml, or nowhere yet
+    /// for an `mcpServers` JSON file served as it is.
+    pub settings: netguard::Settings,
 }
 
 impl NetworkConfig {
     /// The global policy: this allowlist, for anything not tied to one server (the remote
     /// embedder). A server's clients use `policy().for_server(name, allow_private_network)`.
     pub fn policy(&self) -> netguard::Policy {
-        netguard::Policy::new(self.allow.clone())
+        netguard::Policy::new(self.allow.clone()).with_settings(self.settings.clone())
     }
 }
 
@@ -324,23 +352,29 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    let is_json = path
-        .extension()
-        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"))
-        || text
-            .trim_start_matches('\u{feff}')
-            .trim_start()
-            .starts_with('{');
-    if is_json {
+    if is_json(path, &text) {
         import::config_from_json(&text, path)
     } else {
         parse_toml(&text, path)
     }
 }
 
+/// Whether a config file is `mcpServers` JSON: by its extension, or its first character.
+fn is_json(path: &Path, text: &str) -> bool {
+    path.extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("json"))
+        || text
+            .trim_start_matches('\u{feff}')
+            .trim_start()
+            .starts_with('{')
+}
+
 /// Parse and validate mcpgw.toml text; `source` is used in errors and to resolve relative
 /// paths.
 pub fn parse_toml(text: &str, source: &Path) -> Result<Config, ConfigError> {
-    let file = file::parse(text, source)?;
-    validate::validate(file, source)
+    let checked = document::resolve(text, source)?;
+    match checked.config {
+        Some(config) if checked.problems.is_empty() => Ok(config),
+        _ => Err(ConfigError::Invalid(checked.problems)),
+    }
 }

@@ -152,6 +152,10 @@ pub enum ApprovalAction {
     Allow,
 }
 
+crate::display_as_written! {
+    ApprovalAction { Require => "require", Allow => "allow" }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRule {
     /// Qualified tool name patterns.

@@ -57,8 +57,15 @@ pub(crate) struct LocatedServer {
     pub server: ServerFile,
 }
 
-/// Resolve an mcpgw.toml file.
-pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, ConfigError> {
+/// Resolve an mcpgw.toml file as far as it is valid: the configuration with every server that
+/// resolved (defaults where a setting had a problem), and every problem.
+pub(crate) fn validate_partial(file: ConfigFile, source: &Path) -> Resolved {
+    let settings = match source.file_name() {
+        Some(name) => netguard::Settings::Toml {
+            file: name.to_string_lossy().into_owned(),
+        },
+        None => netguard::Settings::default(),
+    };
     let servers = file
         .servers
         .into_iter()
@@ -69,24 +76,61 @@ pub(crate) fn validate(file: ConfigFile, source: &Path) -> Result<Config, Config
             server,
         })
         .collect();
-    resolve(
+    let mut resolved = resolve_partial(
         file.gateway,
         servers,
         (file.retrieval, file.store, file.network, file.audit),
         (file.profiles, file.approval, file.limits),
         source,
         InlineSecrets::Reject,
-    )
+    );
+    // Refusals name this file as the place for `[network] allow`.
+    resolved.config.network.settings = settings;
+    resolved
 }
 
 pub(crate) fn resolve(
+    gateway: GatewayFile,
+    servers: Vec<LocatedServer>,
+    rest: (RetrievalFile, StoreFile, NetworkFile, AuditFile),
+    policy: (Vec<ProfileFile>, ApprovalFile, LimitsFile),
+    source: &Path,
+    inline_secrets: InlineSecrets,
+) -> Result<Config, ConfigError> {
+    let resolved = resolve_partial(gateway, servers, rest, policy, source, inline_secrets);
+    if resolved.problems.is_empty() {
+        Ok(resolved.config)
+    } else {
+        Err(ConfigError::Invalid(resolved.problems))
+    }
+}
+
+/// A configuration as far as its files were valid.
+pub(crate) struct Resolved {
+    /// Every server that resolved; defaults where a setting had a problem.
+    pub config: Config,
+    pub problems: Vec<Problem>,
+    /// Where each of `config.servers` is written, in the same order.
+    pub paths: Vec<ServerPaths>,
+}
+
+/// Where one server's settings are in the file: `servers[1]` and `servers[1].transport` in
+/// TOML, `mcpServers.docs` for both in JSON.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerPaths {
+    pub server: String,
+    pub transport: String,
+}
+
+/// [`resolve`] as far as the files are valid: every server that resolved, and every problem.
+pub(crate) fn resolve_partial(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
     (retrieval, store, network, audit): (RetrievalFile, StoreFile, NetworkFile, AuditFile),
     (profiles, approval, limits): (Vec<ProfileFile>, ApprovalFile, LimitsFile),
     source: &Path,
     inline_secrets: InlineSecrets,
-) -> Result<Config, ConfigError> {
+) -> Resolved {
     // Relative `cwd`s are anchored at the config file, see `StdioTransport::cwd`.
     let base_dir = source.parent().unwrap_or(Path::new("")).to_owned();
     let mut v = Validator {
@@ -98,6 +142,7 @@ pub(crate) fn resolve(
     let default_profile = gateway.default_profile.clone();
     let gateway = v.gateway(gateway);
     let mut resolved = Vec::with_capacity(servers.len());
+    let mut paths = Vec::with_capacity(servers.len());
     let mut first_use: HashMap<String, String> = HashMap::new();
     for located in servers {
         if let Some(name) = &located.server.name {
@@ -115,18 +160,21 @@ pub(crate) fn resolve(
                 }
             }
         }
-        resolved.extend(v.server(located));
+        let located_at = ServerPaths {
+            server: located.path.clone(),
+            transport: located.transport_path.clone(),
+        };
+        if let Some(server) = v.server(located) {
+            resolved.push(server);
+            paths.push(located_at);
+        }
     }
     let retrieval = v.retrieval(retrieval);
     let store = v.store(store);
     let network = v.network(network);
     let audit = v.audit(audit);
     let policy = policy::policy(profiles, default_profile, approval, limits, &mut v.problems);
-
-    if !v.problems.is_empty() {
-        return Err(ConfigError::Invalid(v.problems));
-    }
-    Ok(Config {
+    let config = Config {
         gateway,
         servers: resolved,
         retrieval,
@@ -135,7 +183,12 @@ pub(crate) fn resolve(
         policy,
         audit,
         source: source.to_owned(),
-    })
+    };
+    Resolved {
+        config,
+        problems: v.problems,
+        paths,
+    }
 }
 
 struct Validator {
@@ -376,7 +429,10 @@ impl Validator {
                 }
             }
         }
-        NetworkConfig { allow }
+        NetworkConfig {
+            allow,
+            settings: netguard::Settings::default(),
+        }
     }
 
     fn gateway(&mut self, file: GatewayFile) -> GatewayConfig {
@@ -1322,7 +1378,7 @@ strategy = "bm25"
         assert_eq!(refresh("refresh_s = 90"), "Some(90s)");
         assert_eq!(
             refresh("refresh_s = 5"),
-            "invalid configuration (1 problem):\n  servers[0].refresh_s: refresh_s must be 0 (off) or between 10 and 604800 seconds, got 5 (hint: leave it out for the default of 3600 (an hour))"
+            "invalid configuration (1 problem):\n  3:1: servers[0].refresh_s: refresh_s must be 0 (off) or between 10 and 604800 seconds, got 5 (hint: leave it out for the default of 3600 (an hour))"
         );
     }
 
@@ -1361,16 +1417,21 @@ strategy = "bm25"
     fn retrieval_problems_are_all_reported() {
         expect![[r#"
             invalid configuration (5 problems):
-              retrieval.balance: balance must be 0 to 100, got 101 (hint: 0 is lexical (BM25) only, 100 semantic only, 50 an even blend)
-              retrieval.min_similarity: min_similarity is a cosine similarity from -1 to 1, got 2 (hint: leave it out to keep every vector hit)
-              retrieval.embedder.base_url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
-              retrieval.embedder.model: missing model (hint: the model name the endpoint expects, such as "text-embedding-3-small")
-              retrieval.embedder.batch_size: batch_size must be 1 to 2048, got 0"#]]
+              2:1: retrieval.balance: balance must be 0 to 100, got 101 (hint: 0 is lexical (BM25) only, 100 semantic only, 50 an even blend)
+              3:1: retrieval.min_similarity: min_similarity is a cosine similarity from -1 to 1, got 2 (hint: leave it out to keep every vector hit)
+              4:12: retrieval.embedder.model: missing model (hint: the model name the endpoint expects, such as "text-embedding-3-small")
+              6:1: retrieval.embedder.base_url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
+              7:1: retrieval.embedder.batch_size: batch_size must be 1 to 2048, got 0"#]]
         .assert_eq(&retrieval_summary(
             "[retrieval]\nbalance = 101\nmin_similarity = 2.0\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"ftp://x\"\nbatch_size = 0\n",
         ));
         let unknown = retrieval_summary("[retrieval.embedder]\ntype = \"local\"\nmodle = \"x\"\n");
-        assert!(unknown.contains("unknown field `modle`"), "{unknown}");
+        assert!(
+            unknown.contains(
+                "3:1: retrieval.embedder.modle: unknown key (hint: did you mean `model`?)"
+            ),
+            "{unknown}"
+        );
     }
 
     fn audit_summary(text: &str) -> String {
@@ -1415,15 +1476,15 @@ strategy = "bm25"
     fn negative_and_absurd_audit_bounds_are_reported_with_their_range() {
         expect![[r#"
             invalid configuration (2 problems):
-              audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got -1 (hint: leave it out for the default of 90)
-              audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got -5 (hint: leave it out for the default of 1000000)"#]]
+              2:1: audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got -1 (hint: leave it out for the default of 90)
+              3:1: audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got -5 (hint: leave it out for the default of 1000000)"#]]
         .assert_eq(&audit_summary(
             "[audit]\nretention_days = -1\nmax_rows = -5\n",
         ));
         expect![[r#"
             invalid configuration (2 problems):
-              audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got 36501 (hint: leave it out for the default of 90)
-              audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got 9223372036854775807 (hint: leave it out for the default of 1000000)"#]]
+              2:1: audit.retention_days: retention_days must be 0 (keep forever) or between 1 and 36500 days, got 36501 (hint: leave it out for the default of 90)
+              3:1: audit.max_rows: max_rows must be 0 (no cap) or between 1 and 1000000000, got 9223372036854775807 (hint: leave it out for the default of 1000000)"#]]
         .assert_eq(&audit_summary(
             "[audit]\nretention_days = 36501\nmax_rows = 9223372036854775807\n",
         ));
@@ -1463,7 +1524,7 @@ strategy = "bm25"
             Ok((crate::ClientAuth::ApiKey, false))
         );
         let bad = parse("[gateway]\nclient_auth = \"jwt\"\n").expect_err("unknown mode");
-        assert!(bad.contains("unknown variant `jwt`"), "{bad}");
+        assert!(bad.contains("unknown value `jwt`"), "{bad}");
     }
 
     #[test]
@@ -1520,7 +1581,7 @@ strategy = "bm25"
         );
         let bad = parse("[gateway]\nprefix = \"never\"\n").expect_err("unknown mode");
         assert!(
-            bad.contains("unknown variant `never`, expected `always` or `when-needed`"),
+            bad.contains("unknown value `never` (hint: use one of `always`, `when-needed`)"),
             "{bad}"
         );
     }
@@ -1559,20 +1620,20 @@ description = "no name, no transport"
 "#,
             expect![[r#"
                 invalid configuration (14 problems):
-                  gateway.listen: `localhost:8931` is not an IP address and port (hint: write it like "127.0.0.1:8931"; host names are not accepted)
-                  servers[0].name: invalid server name `bad name`: contains ' '; only letters, digits, `-` and `_` are allowed (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
-                  servers[0].transport.command: command must not be empty
-                  servers[1].timeout_s: timeout must be between 1 and 300 seconds, got 0 (hint: leave it out for the default of 30)
-                  servers[1].transport.url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
-                  servers[2].name: duplicate server name `dup`, first used at servers[1].name (hint: server names must be unique; rename one of them)
-                  servers[2].timeout_s: timeout must be between 1 and 300 seconds, got 301 (hint: leave it out for the default of 30)
-                  servers[2].transport.headers.Authorization: `Authorization` looks like a secret and must not be written inline (hint: write it as { env = "DUP_AUTHORIZATION", prefix = "Bearer " } and export DUP_AUTHORIZATION)
-                  servers[3].name: invalid server name `a__b`: must not contain `__`, which separates server and tool in qualified tool names (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
-                  servers[3].transport.url: invalid url: relative URL without a base (hint: write an absolute url such as "https://mcp.example.com/mcp")
-                  servers[4].transport.url: the url holds a password and must not be written inline (hint: send it as a header, e.g. headers = { Authorization = { env = "VAR", prefix = "Basic " } })
-                  servers[4].transport.url: query parameter `api_key` looks like a secret and must not be written inline (hint: send it as a header with { env = "VAR" } if the server accepts one, or serve the mcpServers JSON file directly)
-                  servers[5].name: missing server name (hint: add name = "..." using letters, digits, `-` and `_`)
-                  servers[5].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })"#]],
+                  3:1: gateway.listen: `localhost:8931` is not an IP address and port (hint: write it like "127.0.0.1:8931"; host names are not accepted)
+                  6:1: servers[0].name: invalid server name `bad name`: contains ' '; only letters, digits, `-` and `_` are allowed (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
+                  7:31: servers[0].transport.command: command must not be empty
+                  11:1: servers[1].timeout_s: timeout must be between 1 and 300 seconds, got 0 (hint: leave it out for the default of 30)
+                  12:30: servers[1].transport.url: url scheme `ftp` is not supported (hint: use an http:// or https:// url)
+                  15:1: servers[2].name: duplicate server name `dup`, first used at servers[1].name (hint: server names must be unique; rename one of them)
+                  16:1: servers[2].timeout_s: timeout must be between 1 and 300 seconds, got 301 (hint: leave it out for the default of 30)
+                  17:75: servers[2].transport.headers.Authorization: `Authorization` looks like a secret and must not be written inline (hint: write it as { env = "DUP_AUTHORIZATION", prefix = "Bearer " } and export DUP_AUTHORIZATION)
+                  20:1: servers[3].name: invalid server name `a__b`: must not contain `__`, which separates server and tool in qualified tool names (hint: use 1 to 32 letters, digits, `-` and `_`, such as "github" or "my-docs")
+                  21:29: servers[3].transport.url: invalid url: relative URL without a base (hint: write an absolute url such as "https://mcp.example.com/mcp")
+                  25:30: servers[4].transport.url: the url holds a password and must not be written inline (hint: send it as a header, e.g. headers = { Authorization = { env = "VAR", prefix = "Basic " } })
+                  25:30: servers[4].transport.url: query parameter `api_key` looks like a secret and must not be written inline (hint: send it as a header with { env = "VAR" } if the server accepts one, or serve the mcpServers JSON file directly)
+                  27:1: servers[5].name: missing server name (hint: add name = "..." using letters, digits, `-` and `_`)
+                  27:1: servers[5].transport: missing transport (hint: add transport = { type = "stdio", command = "..." } or { type = "http", url = "https://..." })"#]],
         );
     }
 
@@ -1595,11 +1656,11 @@ transport = { type = "http", url = "https://api.example.com/mcp", headers = { "X
         check(
             text,
             expect![[r#"
-            invalid configuration (4 problems):
-              servers[0].transport.env.GITHUB_TOKEN: `GITHUB_TOKEN` looks like a secret and must not be written inline (hint: write it as { env = "GITHUB_TOKEN" } and export GITHUB_TOKEN)
-              servers[0].transport.env.OPENAI_API_KEY: `OPENAI_API_KEY` looks like a secret and must not be written inline (hint: write it as { env = "OPENAI_API_KEY" } and export OPENAI_API_KEY)
-              servers[1].transport.headers.Cookie: `Cookie` looks like a secret and must not be written inline (hint: write it as { env = "API_COOKIE" } and export API_COOKIE)
-              servers[1].transport.headers.X-Api-Key: `X-Api-Key` looks like a secret and must not be written inline (hint: write it as { env = "API_X_API_KEY" } and export API_X_API_KEY)"#]],
+                invalid configuration (4 problems):
+                  4:59: servers[0].transport.env.GITHUB_TOKEN: `GITHUB_TOKEN` looks like a secret and must not be written inline (hint: write it as { env = "GITHUB_TOKEN" } and export GITHUB_TOKEN)
+                  4:89: servers[0].transport.env.OPENAI_API_KEY: `OPENAI_API_KEY` looks like a secret and must not be written inline (hint: write it as { env = "OPENAI_API_KEY" } and export OPENAI_API_KEY)
+                  8:79: servers[1].transport.headers.X-Api-Key: `X-Api-Key` looks like a secret and must not be written inline (hint: write it as { env = "API_X_API_KEY" } and export API_X_API_KEY)
+                  8:124: servers[1].transport.headers.Cookie: `Cookie` looks like a secret and must not be written inline (hint: write it as { env = "API_COOKIE" } and export API_COOKIE)"#]],
         );
     }
 
@@ -1636,10 +1697,10 @@ transport = { type = "http", url = "https://api.example.com/mcp", headers = { x-
 "#,
             expect![[r#"
                 invalid configuration (4 problems):
-                  servers[0].transport.headers.Bad Header: `Bad Header` is not a valid HTTP header name
-                  servers[0].transport.headers.X-Evil.env: an environment variable name must be non-empty and contain neither `=` nor NUL
-                  servers[0].transport.headers.X-Multi: a header value must not contain line breaks
-                  servers[0].transport.headers.x-team: header `x-team` is also given as `X-TEAM` (hint: header names are case-insensitive; keep one)"#]],
+                  4:79: servers[0].transport.headers.x-team: header `x-team` is also given as `X-TEAM` (hint: header names are case-insensitive; keep one)
+                  4:113: servers[0].transport.headers.Bad Header: `Bad Header` is not a valid HTTP header name
+                  4:144: servers[0].transport.headers.X-Evil.env: an environment variable name must be non-empty and contain neither `=` nor NUL
+                  4:156: servers[0].transport.headers.X-Multi: a header value must not contain line breaks"#]],
         );
     }
 
@@ -1814,40 +1875,40 @@ auth = { type = "oauth", client_metadata_url = "http://localhost:9000/client.jso
 "#,
             expect![[r#"
                 invalid configuration (34 problems):
-                  servers[0].auth.env: missing env (hint: name the environment variable that holds the credential, such as env = "NO_ENV_TOKEN")
-                  servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "BAD_ENV_TOKEN", and export it)
-                  servers[2].auth.name: missing header name (hint: name the header the server reads the credential from, such as name = "X-Api-Key")
-                  servers[3].auth.name: `X Api Key` is not a valid HTTP header name
-                  servers[3].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
-                  servers[4].auth.name: `Mcp-Session-Id` is set by the transport and cannot carry a credential (hint: use the header the server documents, such as X-Api-Key or Authorization)
-                  servers[4].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
-                  servers[5].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { GITHUB_TOKEN = { env = "GITHUB_TOKEN" } })
-                  servers[6].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { LOCAL_OAUTH_TOKEN = { env = "LOCAL_OAUTH_TOKEN" } })
-                  servers[7].auth.scopes[0]: "read write" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
-                  servers[7].auth.scopes[1]: "" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
-                  servers[7].auth.client_id: client_id is empty (hint: leave it out to register mcpgw with the authorization server automatically)
-                  servers[7].auth.client_secret_env: not a valid environment variable name (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)
-                  servers[7].auth.client_secret_env: a client secret needs the client_id it was issued with (hint: add client_id = "..." as registered with the authorization server)
-                  servers[7].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)
-                  servers[7].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
-                  servers[7].auth.resource: url scheme `urn` is not supported (hint: leave it out to use the server's url)
-                  servers[7].auth.authorization_params."": a parameter name must not be empty
-                  servers[7].auth.authorization_params.client_secret: `client_secret` looks like a secret and must not be written inline (hint: only the client secret is read from the environment, with client_secret_env)
-                  servers[7].auth.authorization_params.scope: `scope` is set by the OAuth flow (hint: use scopes = ["..."] in the auth table)
-                  servers[7].auth.authorization_params.state: `state` is set by the OAuth flow (hint: leave it out)
-                  servers[7].auth.token_params.client_secret: `client_secret` is set by the OAuth flow (hint: use client_secret_env = "VAR" in the auth table)
-                  servers[7].auth.token_params.code_verifier: `code_verifier` is set by the OAuth flow (hint: leave it out)
-                  servers[7].auth.token_params.grant_type: `grant_type` is set by the OAuth flow (hint: leave it out)
-                  servers[7].auth.token_params.resource: `resource` is set by the OAuth flow (hint: use resource = "..." in the auth table)
-                  servers[8].auth.client_metadata_url: give either client_id or client_metadata_url, not both (hint: the url of a client ID metadata document is itself the client ID)
-                  servers[8].auth.client_metadata_url: the url needs a path naming the document (hint: such as "https://example.com/oauth/mcpgw.json")
-                  servers[8].auth.redirect_uri: redirect_uri needs an explicit port (hint: the port registered with the authorization server, such as http://127.0.0.1:8765/callback)
-                  servers[8].auth.resource: the url must not hold a user name or password
-                  servers[9].auth.client_metadata_url: invalid url: relative URL without a base (hint: write an absolute url such as "https://example.com/path")
-                  servers[9].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
-                  servers[9].auth.resource: the url must not have a fragment (`#...`)
-                  servers[10].auth: oauth is supported for http servers, not for sse (hint: use transport = { type = "http", url = "..." } if the server speaks Streamable HTTP, or a bearer token)
-                  servers[11].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)"#]],
+                  4:1: servers[0].auth.env: missing env (hint: name the environment variable that holds the credential, such as env = "NO_ENV_TOKEN")
+                  9:27: servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "BAD_ENV_TOKEN", and export it)
+                  14:1: servers[2].auth.name: missing header name (hint: name the header the server reads the credential from, such as name = "X-Api-Key")
+                  19:27: servers[3].auth.name: `X Api Key` is not a valid HTTP header name
+                  19:47: servers[3].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
+                  24:27: servers[4].auth.name: `Mcp-Session-Id` is set by the transport and cannot carry a credential (hint: use the header the server documents, such as X-Api-Key or Authorization)
+                  24:52: servers[4].auth.scheme: the scheme must be one word, such as "Token" or "Bearer" (hint: leave it out to send the variable's value as it is)
+                  29:1: servers[5].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { GITHUB_TOKEN = { env = "GITHUB_TOKEN" } })
+                  34:1: servers[6].auth: auth applies to http and sse servers, not to stdio (hint: a stdio server gets credentials through its environment: transport.env = { LOCAL_OAUTH_TOKEN = { env = "LOCAL_OAUTH_TOKEN" } })
+                  43:11: servers[7].auth.scopes[0]: "read write" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
+                  43:25: servers[7].auth.scopes[1]: "" is not a valid scope (hint: a scope is one word of visible ASCII without `"` or `\`; write each as its own item: scopes = ["read", "write"])
+                  44:1: servers[7].auth.client_id: client_id is empty (hint: leave it out to register mcpgw with the authorization server automatically)
+                  45:1: servers[7].auth.client_secret_env: not a valid environment variable name (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)
+                  45:1: servers[7].auth.client_secret_env: a client secret needs the client_id it was issued with (hint: add client_id = "..." as registered with the authorization server)
+                  46:1: servers[7].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)
+                  47:1: servers[7].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
+                  48:1: servers[7].auth.authorization_params."": a parameter name must not be empty
+                  48:26: servers[7].auth.authorization_params.state: `state` is set by the OAuth flow (hint: leave it out)
+                  48:39: servers[7].auth.authorization_params.scope: `scope` is set by the OAuth flow (hint: use scopes = ["..."] in the auth table)
+                  48:55: servers[7].auth.authorization_params.client_secret: `client_secret` looks like a secret and must not be written inline (hint: only the client secret is read from the environment, with client_secret_env)
+                  49:18: servers[7].auth.token_params.grant_type: `grant_type` is set by the OAuth flow (hint: leave it out)
+                  49:36: servers[7].auth.token_params.client_secret: `client_secret` is set by the OAuth flow (hint: use client_secret_env = "VAR" in the auth table)
+                  49:57: servers[7].auth.token_params.code_verifier: `code_verifier` is set by the OAuth flow (hint: leave it out)
+                  49:78: servers[7].auth.token_params.resource: `resource` is set by the OAuth flow (hint: use resource = "..." in the auth table)
+                  50:1: servers[7].auth.resource: url scheme `urn` is not supported (hint: leave it out to use the server's url)
+                  59:1: servers[8].auth.client_metadata_url: give either client_id or client_metadata_url, not both (hint: the url of a client ID metadata document is itself the client ID)
+                  59:1: servers[8].auth.client_metadata_url: the url needs a path naming the document (hint: such as "https://example.com/oauth/mcpgw.json")
+                  60:1: servers[8].auth.redirect_uri: redirect_uri needs an explicit port (hint: the port registered with the authorization server, such as http://127.0.0.1:8765/callback)
+                  61:1: servers[8].auth.resource: the url must not hold a user name or password
+                  66:26: servers[9].auth.client_metadata_url: invalid url: relative URL without a base (hint: write an absolute url such as "https://example.com/path")
+                  66:61: servers[9].auth.redirect_uri: redirect_uri must be an http:// address on this machine (hint: mcpgw receives the sign-in answer itself: use http://127.0.0.1:PORT/callback (or localhost, [::1]))
+                  66:104: servers[9].auth.resource: the url must not have a fragment (`#...`)
+                  71:1: servers[10].auth: oauth is supported for http servers, not for sse (hint: use transport = { type = "http", url = "..." } if the server speaks Streamable HTTP, or a bearer token)
+                  76:26: servers[11].auth.client_metadata_url: a client ID metadata document must be served over https (hint: use an https:// url, or leave it out to register mcpgw with the authorization server automatically)"#]],
         );
     }
 
@@ -1877,10 +1938,10 @@ transport = { type = "http", url = "https://api.example.com/mcp" }
         check(
             text,
             expect![[r#"
-            invalid configuration (3 problems):
-              servers[0].auth.env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the credential, such as env = "GH_TOKEN", and export it)
-              servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "API_TOKEN", and export it)
-              servers[2].auth.client_secret_env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)"#]],
+                invalid configuration (3 problems):
+                  4:27: servers[0].auth.env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the credential, such as env = "GH_TOKEN", and export it)
+                  9:47: servers[1].auth.env: not a valid environment variable name (hint: write the name of the variable that holds the credential, such as env = "API_TOKEN", and export it)
+                  14:43: servers[2].auth.client_secret_env: this looks like a token, not the name of an environment variable (hint: write the name of the variable that holds the client secret, such as "OAUTH_CLIENT_SECRET", and export it)"#]],
         );
     }
 
@@ -1966,23 +2027,25 @@ allow = ["localhost", "", "http://localhost:3000/mcp", "10.1.2.3/8", "10.0.0.0/3
 "#,
             expect![[r#"
                 invalid configuration (7 problems):
-                  network.allow[1]: an empty string is not a host name, IP address or CIDR (hint: remove the empty entry, or name a host such as "localhost")
-                  network.allow[2]: "http://localhost:3000/mcp" is a URL; write just its host, "localhost:3000" (hint: an entry names a host, optionally with a port; the scheme and path do not matter to it)
-                  network.allow[3]: "10.1.2.3/8" is not a valid CIDR: it has host bits set; did you mean "10.0.0.0/8"? (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
-                  network.allow[4]: "10.0.0.0/33" is not a valid CIDR: the prefix length must be a number from 0 to 32 (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
-                  network.allow[5]: "localhost:0" has an invalid port (a number from 1 to 65535) (hint: write the port as a number after the host, such as "localhost:3000" or "[::1]:3000")
-                  network.allow[6]: "mcp*.example.com": a wildcard must be the whole first label, as in "*.example.com" (hint: "*.corp.example" covers every name below corp.example (not corp.example itself))
-                  network.allow[7]: "exa mple.com" is not a host name, IP address or CIDR (hint: write a host name ("localhost"), a wildcard ("*.corp.example"), an IP address ("10.1.2.3") or a CIDR ("10.0.0.0/8"), optionally with a port ("localhost:3000"))"#]],
+                  3:23: network.allow[1]: an empty string is not a host name, IP address or CIDR (hint: remove the empty entry, or name a host such as "localhost")
+                  3:27: network.allow[2]: "http://localhost:3000/mcp" is a URL; write just its host, "localhost:3000" (hint: an entry names a host, optionally with a port; the scheme and path do not matter to it)
+                  3:56: network.allow[3]: "10.1.2.3/8" is not a valid CIDR: it has host bits set; did you mean "10.0.0.0/8"? (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
+                  3:70: network.allow[4]: "10.0.0.0/33" is not a valid CIDR: the prefix length must be a number from 0 to 32 (hint: a CIDR is the first address of a block and its prefix length, such as "10.0.0.0/8" or "fd00::/8")
+                  3:85: network.allow[5]: "localhost:0" has an invalid port (a number from 1 to 65535) (hint: write the port as a number after the host, such as "localhost:3000" or "[::1]:3000")
+                  3:100: network.allow[6]: "mcp*.example.com": a wildcard must be the whole first label, as in "*.example.com" (hint: "*.corp.example" covers every name below corp.example (not corp.example itself))
+                  3:120: network.allow[7]: "exa mple.com" is not a host name, IP address or CIDR (hint: write a host name ("localhost"), a wildcard ("*.corp.example"), an IP address ("10.1.2.3") or a CIDR ("10.0.0.0/8"), optionally with a port ("localhost:3000"))"#]],
         );
         check(
             "[network]\nallow = \"localhost\"\n",
-            expect![[
-                r#"/etc/mcpgw/mcpgw.toml:2:9: invalid type: string "localhost", expected a sequence"#
-            ]],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:9: network.allow: invalid type: a string, expected an array"#]],
         );
         check(
             "[network]\nallowed = []\n",
-            expect!["/etc/mcpgw/mcpgw.toml:2:1: unknown field `allowed`, expected `allow`"],
+            expect![[r#"
+                invalid configuration (1 problem):
+                  2:1: network.allowed: unknown key (hint: did you mean `allow`?)"#]],
         );
     }
 
@@ -1997,7 +2060,7 @@ transport = { type = "stdio", command = "run" }
 "#,
             expect![[r#"
                 invalid configuration (1 problem):
-                  servers[0].allow_private_network: allow_private_network applies to http and sse servers, not to stdio (hint: a stdio server is a local process that mcpgw reaches without the network; remove the line)"#]],
+                  4:1: servers[0].allow_private_network: allow_private_network applies to http and sse servers, not to stdio (hint: a stdio server is a local process that mcpgw reaches without the network; remove the line)"#]],
         );
     }
 

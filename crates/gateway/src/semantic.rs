@@ -40,7 +40,7 @@ impl Semantic {
         let embedder: Result<Arc<dyn Embedder>, String> = match &config.embedder {
             config::EmbedderConfig::None => {
                 tracing::warn!(
-                    strategy = ?config.strategy,
+                    strategy = %config.strategy,
                     "no embedder configured ([retrieval.embedder] type = \"none\"); searching with BM25 only"
                 );
                 return None;

@@ -47,5 +47,5 @@ pub use address::{Blocked, classify};
 #[cfg(feature = "client")]
 pub use client::{GuardedResolver, Lookup, LookupFuture, guarded_client_builder, redirect_policy};
 pub use policy::{Policy, check_url};
-pub use refusal::{Reason, Refusal};
+pub use refusal::{Reason, Refusal, Settings};
 pub use rule::{Rule, RuleError};

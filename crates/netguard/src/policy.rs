@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use url::{Host, Url};
 
-use crate::refusal::{Reason, Refusal, Remedy};
+use crate::refusal::{Reason, Refusal, Remedy, Settings};
 use crate::rule::normalize_name;
 use crate::{Blocked, Rule, RuleError, classify};
 
@@ -43,6 +43,8 @@ pub struct Policy {
     allow_private_network: bool,
     /// The server this policy is for, named in refusal messages.
     server: Option<String>,
+    /// Where the lines a refusal suggests are written, named in refusal messages.
+    settings: Settings,
 }
 
 impl Policy {
@@ -53,7 +55,16 @@ impl Policy {
             allow,
             allow_private_network: false,
             server: None,
+            settings: Settings::default(),
         }
+    }
+
+    /// The same policy, its refusals telling the user to write their remedies into
+    /// `settings`.
+    #[must_use]
+    pub fn with_settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// The global policy from allowlist entries as written; the first malformed entry is the
@@ -78,6 +89,7 @@ impl Policy {
             allow: self.allow.clone(),
             allow_private_network,
             server: Some(server.to_owned()),
+            settings: self.settings.clone(),
         }
     }
 
@@ -97,6 +109,7 @@ impl Policy {
             Judgement::Admitted => Ok(()),
             Judgement::Refused(blocked) | Judgement::OtherPorts(blocked, _) => Err(Refusal::new(
                 None,
+                &self.settings,
                 Reason::Address {
                     host: name.clone(),
                     ip,
@@ -213,7 +226,9 @@ impl Policy {
 /// the addresses it resolves to. IP literals must be caught here: reqwest connects to them
 /// without asking any resolver.
 pub fn check_url(url: &Url, policy: &Policy) -> Result<(), Refusal> {
-    let refuse = |reason: Reason, remedy: Remedy| Err(Refusal::new(Some(url), reason, remedy));
+    let refuse = |reason: Reason, remedy: Remedy| {
+        Err(Refusal::new(Some(url), &policy.settings, reason, remedy))
+    };
     let https = match url.scheme() {
         "https" => true,
         "http" => false,
@@ -293,7 +308,9 @@ fn check_ip_literal(
     port: u16,
     https: bool,
 ) -> Result<(), Refusal> {
-    let refuse = |reason: Reason, remedy: Remedy| Err(Refusal::new(Some(url), reason, remedy));
+    let refuse = |reason: Reason, remedy: Remedy| {
+        Err(Refusal::new(Some(url), &policy.settings, reason, remedy))
+    };
     let host = ip.to_canonical().to_string();
     let allowed_by_rule = policy
         .allow

@@ -25,6 +25,29 @@ struct Parts {
     target: Option<String>,
     reason: Reason,
     remedy: Remedy,
+    settings: Settings,
+}
+
+/// Where the lines a refusal suggests are written, so that its message names a file the user
+/// has: a gateway serving an `mcpServers` JSON file as it is has no `mcpgw.toml` to edit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settings {
+    /// A TOML file (`file` is its name, `mcpgw.toml` by default), with its `[network] allow`
+    /// and each server's `allow_private_network`.
+    Toml { file: String },
+    /// An `mcpServers` JSON file (Claude Desktop, Cursor, VS Code) served as it is, which has
+    /// no such settings: they go into an mcpgw.toml made from it by `mcpgw import`. Both are
+    /// paths as the user should type them.
+    McpServersJson { file: String, toml: String },
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::Toml {
+            file: "mcpgw.toml".to_owned(),
+        }
+    }
 }
 
 /// Why a request was refused.
@@ -68,11 +91,17 @@ pub(crate) struct Remedy {
 }
 
 impl Refusal {
-    pub(crate) fn new(target: Option<&Url>, reason: Reason, remedy: Remedy) -> Self {
+    pub(crate) fn new(
+        target: Option<&Url>,
+        settings: &Settings,
+        reason: Reason,
+        remedy: Remedy,
+    ) -> Self {
         Refusal(Box::new(Parts {
             target: target.map(origin),
             reason,
             remedy,
+            settings: settings.clone(),
         }))
     }
 
@@ -130,11 +159,13 @@ impl fmt::Display for Refusal {
             target,
             reason,
             remedy,
+            settings,
         } = &*self.0;
         match target {
-            Some(target) => write!(f, "refused {target}: {reason}{remedy}"),
-            None => write!(f, "refused to connect: {reason}{remedy}"),
+            Some(target) => write!(f, "refused {target}: {reason}")?,
+            None => write!(f, "refused to connect: {reason}")?,
         }
+        remedy.write(f, settings)
     }
 }
 
@@ -170,14 +201,19 @@ impl fmt::Display for Reason {
     }
 }
 
-impl fmt::Display for Remedy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Remedy {
+    /// `; to allow it, ...`, naming where the settings go.
+    fn write(&self, f: &mut fmt::Formatter<'_>, settings: &Settings) -> fmt::Result {
+        let in_toml = match settings {
+            Settings::Toml { file } => format!(" in {file}"),
+            Settings::McpServersJson { .. } => String::new(),
+        };
         let mut ways = Vec::new();
         if self.https {
             ways.push("use https".to_owned());
         }
         if let Some(entry) = &self.allow {
-            ways.push(format!("add \"{entry}\" to [network] allow in mcpgw.toml"));
+            ways.push(format!("add \"{entry}\" to [network] allow{in_toml}"));
         }
         if let Some(server) = &self.private_network_server {
             ways.push(format!(
@@ -186,6 +222,14 @@ impl fmt::Display for Remedy {
         }
         if !ways.is_empty() {
             write!(f, "; to allow it, {}", ways.join(", or "))?;
+        }
+        if let Settings::McpServersJson { file, toml } = settings
+            && (self.allow.is_some() || self.private_network_server.is_some())
+        {
+            write!(
+                f,
+                " in an mcpgw.toml ({file} has no such settings): `mcpgw import {file} --output {toml}` writes one from it; add the line there and serve that"
+            )?;
         }
         if let Some(note) = self.note {
             write!(f, "; {note}")?;

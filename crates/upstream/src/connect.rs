@@ -62,6 +62,7 @@ use secrecy::ExposeSecret;
 use crate::{
     Era, Events, ListKind, ResourceUpdated, ToolsChanged, UpstreamError,
     call::{Answer, Ask, InFlight},
+    cause,
     oauth::{AuthError, AuthorizedClient},
     transport::{
         self, http_client,
@@ -437,7 +438,15 @@ async fn connect_with(
                     .or_else(|| unauthorized(config, &e))
                     .unwrap_or_else(|| UpstreamError::Connect {
                         server: server.clone(),
-                        reason: e.to_string(),
+                        reason: match &e {
+                            SseError::HttpStatus { status, .. } => cause::http_status(
+                                status.as_u16(),
+                                status.canonical_reason().unwrap_or(""),
+                                &http_config.url,
+                                "",
+                            ),
+                            _ => e.to_string(),
+                        },
                     })
             })?;
             oversized = Some(transport.oversized());
@@ -764,7 +773,13 @@ fn classify_init_error(
         },
         E::TransportError { error, context } => UpstreamError::Connect {
             server,
-            reason: format!("{context}: {}", error.error),
+            reason: match &config.transport {
+                config::Transport::Http(http) | config::Transport::Sse(http) => {
+                    cause::explain(error.error.as_ref(), &http.url)
+                }
+                config::Transport::Stdio(_) => None,
+            }
+            .unwrap_or_else(|| format!("{context}: {}", error.error)),
         },
         E::JsonRpcError(data) => UpstreamError::Rpc {
             server,

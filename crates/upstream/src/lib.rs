@@ -37,6 +37,7 @@
 //!   are never logged either.
 
 mod call;
+mod cause;
 mod connect;
 mod error;
 pub mod oauth;

@@ -58,6 +58,16 @@ pub enum Era {
     Legacy,
 }
 
+/// As serialised (`modern`, `legacy`): logs and tables use the words the JSON does.
+impl std::fmt::Display for Era {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Era::Modern => "modern",
+            Era::Legacy => "legacy",
+        })
+    }
+}
+
 /// Health of one server, as shown by `mcpgw servers` and the admin API.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
@@ -570,7 +580,7 @@ impl Server {
         }
         tracing::info!(
             server = %self.name(),
-            era = ?connected.era,
+            era = %connected.era,
             ms = started.elapsed().as_millis() as u64,
             "upstream connected"
         );

@@ -9,6 +9,7 @@ mod cli;
 mod client_config;
 mod client_keys;
 mod clients;
+mod config_check;
 mod connections;
 mod drain;
 mod eval_set;

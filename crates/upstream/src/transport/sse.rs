@@ -514,7 +514,8 @@ fn request_error(url: &Url, shown: &str, error: reqwest::Error) -> SseError {
         Some(refusal) => SseError::Refused(refusal.clone().at(url)),
         None => SseError::Request {
             url: shown.to_owned(),
-            reason: render(&error.without_url()),
+            reason: crate::cause::explain(&error, url)
+                .unwrap_or_else(|| render(&error.without_url())),
         },
     }
 }
