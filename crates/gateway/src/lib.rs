@@ -311,35 +311,14 @@ impl Gateway {
             }
             catalog = self.catalog();
         }
-        let mut degraded = None;
-        let mut query_vectors = None;
-        if strategy.needs_vectors() {
-            match self.semantic() {
-                None => degraded = Some("no embedding model loaded; served BM25".to_owned()),
-                Some(semantic) if catalog.vector_model() != Some(semantic.model_id()) => {
-                    degraded = Some("tool embeddings not ready; served BM25".to_owned())
-                }
-                Some(semantic) => {
-                    match tokio::time::timeout(
-                        QUERY_EMBED_TIMEOUT,
-                        semantic.query_vectors(&search.queries),
-                    )
-                    .await
-                    {
-                        Ok(Ok(vectors)) => query_vectors = Some(vectors),
-                        Ok(Err(error)) => {
-                            tracing::warn!(%error, "query embedding failed; serving BM25");
-                            degraded =
-                                Some(format!("query embedding failed ({error}); served BM25"));
-                        }
-                        Err(_) => {
-                            tracing::warn!("query embedding timed out; serving BM25");
-                            degraded = Some("query embedding timed out; served BM25".to_owned());
-                        }
-                    }
-                }
+        let (query_vectors, degraded) = if strategy.needs_vectors() {
+            match self.query_vectors(&catalog, &search.queries).await {
+                Ok(vectors) => (Some(vectors), None),
+                Err(why) => (None, Some(why)),
             }
-        }
+        } else {
+            (None, None)
+        };
         let request = SearchRequest {
             queries: &search.queries,
             query_vectors: query_vectors.as_deref(),
@@ -369,6 +348,32 @@ impl Gateway {
                     .as_ref()
                     .is_none_or(|servers| servers.iter().any(|s| s == server))
             }),
+        }
+    }
+
+    /// The queries' vectors for a vector or hybrid search of `catalog`, or why BM25 answers
+    /// instead (in the words `search_tools` shows).
+    async fn query_vectors(
+        &self,
+        catalog: &Catalog,
+        queries: &[String],
+    ) -> Result<Vec<Vec<f32>>, String> {
+        let Some(semantic) = self.semantic() else {
+            return Err("no embedding model loaded; served BM25".to_owned());
+        };
+        if catalog.vector_model() != Some(semantic.model_id()) {
+            return Err("tool embeddings not ready; served BM25".to_owned());
+        }
+        match tokio::time::timeout(QUERY_EMBED_TIMEOUT, semantic.query_vectors(queries)).await {
+            Ok(Ok(vectors)) => Ok(vectors),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "query embedding failed; serving BM25");
+                Err(format!("query embedding failed ({error}); served BM25"))
+            }
+            Err(_) => {
+                tracing::warn!("query embedding timed out; serving BM25");
+                Err("query embedding timed out; served BM25".to_owned())
+            }
         }
     }
 

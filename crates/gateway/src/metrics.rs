@@ -97,6 +97,14 @@ pub struct Metrics {
     search_seconds: Family<StrategyLabels, Histogram>,
     sessions_open: Gauge,
     sessions_opened: Counter,
+    /// Set from the gateway's state when scraped.
+    state: StateSeries,
+    /// One scrape at a time brings the state series up to date and encodes them.
+    scraping: Mutex<()>,
+}
+
+/// The series a scrape sets from the gateway's state ([`Snapshot`]).
+struct StateSeries {
     upstream_up: Family<ServerLabels, Gauge>,
     upstream_state: Family<StateLabels, Gauge>,
     catalog_tools: Gauge,
@@ -106,8 +114,73 @@ pub struct Metrics {
     audit_written: Counter,
     audit_dropped: Counter,
     audit_failed: Counter,
-    /// One scrape at a time brings the state series up to date and encodes them.
-    scraping: Mutex<()>,
+}
+
+impl StateSeries {
+    fn new(registry: &mut Registry) -> StateSeries {
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            register(registry, name, help, Gauge::default())
+        };
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            register(registry, name, help, Counter::default())
+        };
+        StateSeries {
+            upstream_up: register(
+                registry,
+                "upstream_up",
+                "1 when the upstream server is ready, else 0",
+                Family::default(),
+            ),
+            upstream_state: register(
+                registry,
+                "upstream_state",
+                "1 for the state each upstream server is in, 0 for the others",
+                Family::default(),
+            ),
+            catalog_tools: gauge(registry, "catalog_tools", "Tools in the published catalog"),
+            held_tools: gauge(
+                registry,
+                "held_tools",
+                "Tools held because their definition changed (pinning)",
+            ),
+            approvals_pending: gauge(
+                registry,
+                "approvals_pending",
+                "Tool calls waiting for a human decision",
+            ),
+            audit_queued: gauge(
+                registry,
+                "audit_queued_rows",
+                "Audit rows waiting to be written",
+            ),
+            audit_written: counter(
+                registry,
+                "audit_rows_written",
+                "Audit rows written to the database",
+            ),
+            audit_dropped: counter(
+                registry,
+                "audit_rows_dropped",
+                "Audit rows dropped because the queue was full",
+            ),
+            audit_failed: counter(
+                registry,
+                "audit_rows_failed",
+                "Audit rows the database refused",
+            ),
+        }
+    }
+}
+
+/// `metric`, registered in `registry` under `name` (with the `mcpgw_` prefix).
+fn register<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 fn durations() -> Histogram {
@@ -124,124 +197,66 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("mcpgw");
-        let calls = Family::<CallLabels, Counter>::default();
-        registry.register(
+        let registry_ref = &mut registry;
+        let calls = register(
+            registry_ref,
             "tool_calls",
             "Tool calls by server, tool, the gateway's decision and the outcome",
-            calls.clone(),
+            Family::<CallLabels, Counter>::default(),
         );
-        let call_seconds =
-            Family::<ServerLabels, Histogram>::new_with_constructor(durations as fn() -> Histogram);
-        registry.register(
+        let per_server = || {
+            Family::<ServerLabels, Histogram>::new_with_constructor(durations as fn() -> Histogram)
+        };
+        let call_seconds = register(
+            registry_ref,
             "tool_call_duration_seconds",
             "Time from a tool call's arrival to its answer, gateway and upstream together",
-            call_seconds.clone(),
+            per_server(),
         );
-        let upstream_seconds =
-            Family::<ServerLabels, Histogram>::new_with_constructor(durations as fn() -> Histogram);
-        registry.register(
+        let upstream_seconds = register(
+            registry_ref,
             "upstream_call_duration_seconds",
             "Time the upstream server took to answer a relayed tool call",
-            upstream_seconds.clone(),
+            per_server(),
         );
-        let searches = Family::<StrategyLabels, Counter>::default();
-        registry.register(
+        let searches = register(
+            registry_ref,
             "searches",
             "search_tools calls by the strategy that answered",
-            searches.clone(),
+            Family::<StrategyLabels, Counter>::default(),
         );
-        let search_seconds = Family::<StrategyLabels, Histogram>::new_with_constructor(
-            durations as fn() -> Histogram,
-        );
-        registry.register(
+        let search_seconds = register(
+            registry_ref,
             "search_duration_seconds",
             "Time a search took, embedding the query included",
-            search_seconds.clone(),
+            Family::<StrategyLabels, Histogram>::new_with_constructor(
+                durations as fn() -> Histogram,
+            ),
         );
-        let sessions_open = Gauge::default();
-        registry.register(
-            "sessions_open",
-            "Streamable HTTP sessions open now",
-            sessions_open.clone(),
-        );
-        let sessions_opened = Counter::default();
-        registry.register(
-            "sessions_opened",
-            "Streamable HTTP sessions opened since start",
-            sessions_opened.clone(),
-        );
-        let upstream_up = Family::<ServerLabels, Gauge>::default();
-        registry.register(
-            "upstream_up",
-            "1 when the upstream server is ready, else 0",
-            upstream_up.clone(),
-        );
-        let upstream_state = Family::<StateLabels, Gauge>::default();
-        registry.register(
-            "upstream_state",
-            "1 for the state each upstream server is in, 0 for the others",
-            upstream_state.clone(),
-        );
-        let catalog_tools = Gauge::default();
-        registry.register(
-            "catalog_tools",
-            "Tools in the published catalog",
-            catalog_tools.clone(),
-        );
-        let held_tools = Gauge::default();
-        registry.register(
-            "held_tools",
-            "Tools held because their definition changed (pinning)",
-            held_tools.clone(),
-        );
-        let approvals_pending = Gauge::default();
-        registry.register(
-            "approvals_pending",
-            "Tool calls waiting for a human decision",
-            approvals_pending.clone(),
-        );
-        let audit_queued = Gauge::default();
-        registry.register(
-            "audit_queued_rows",
-            "Audit rows waiting to be written",
-            audit_queued.clone(),
-        );
-        let audit_written = Counter::default();
-        registry.register(
-            "audit_rows_written",
-            "Audit rows written to the database",
-            audit_written.clone(),
-        );
-        let audit_dropped = Counter::default();
-        registry.register(
-            "audit_rows_dropped",
-            "Audit rows dropped because the queue was full",
-            audit_dropped.clone(),
-        );
-        let audit_failed = Counter::default();
-        registry.register(
-            "audit_rows_failed",
-            "Audit rows the database refused",
-            audit_failed.clone(),
-        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            register(registry, name, help, Gauge::default())
+        };
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            register(registry, name, help, Counter::default())
+        };
         Metrics {
-            registry,
             calls,
             call_seconds,
             upstream_seconds,
             searches,
             search_seconds,
-            sessions_open,
-            sessions_opened,
-            upstream_up,
-            upstream_state,
-            catalog_tools,
-            held_tools,
-            approvals_pending,
-            audit_queued,
-            audit_written,
-            audit_dropped,
-            audit_failed,
+            sessions_open: gauge(
+                registry_ref,
+                "sessions_open",
+                "Streamable HTTP sessions open now",
+            ),
+            sessions_opened: counter(
+                registry_ref,
+                "sessions_opened",
+                "Streamable HTTP sessions opened since start",
+            ),
+            state: StateSeries::new(registry_ref),
+            registry,
             scraping: Mutex::new(()),
         }
     }
@@ -299,13 +314,15 @@ impl Metrics {
         let _one = lock(&self.scraping);
         for (server, state) in &now.upstreams {
             let up = i64::from(*state == "ready");
-            self.upstream_up
+            self.state
+                .upstream_up
                 .get_or_create(&ServerLabels {
                     server: server.clone(),
                 })
                 .set(up);
             for known in UPSTREAM_STATES {
-                self.upstream_state
+                self.state
+                    .upstream_state
                     .get_or_create(&StateLabels {
                         server: server.clone(),
                         state: known.to_owned(),
@@ -313,14 +330,15 @@ impl Metrics {
                     .set(i64::from(known == *state));
             }
         }
-        self.catalog_tools.set(gauge_value(now.catalog_tools));
-        self.held_tools.set(gauge_value(now.held_tools));
-        self.approvals_pending
+        self.state.catalog_tools.set(gauge_value(now.catalog_tools));
+        self.state.held_tools.set(gauge_value(now.held_tools));
+        self.state
+            .approvals_pending
             .set(gauge_value(now.approvals_pending));
-        self.audit_queued.set(gauge_value(now.audit_queued));
-        catch_up(&self.audit_written, now.audit_written);
-        catch_up(&self.audit_dropped, now.audit_dropped);
-        catch_up(&self.audit_failed, now.audit_failed);
+        self.state.audit_queued.set(gauge_value(now.audit_queued));
+        catch_up(&self.state.audit_written, now.audit_written);
+        catch_up(&self.state.audit_dropped, now.audit_dropped);
+        catch_up(&self.state.audit_failed, now.audit_failed);
         let mut text = String::new();
         if let Err(error) = encode(&mut text, &self.registry) {
             // Writing to a String fails only if a value cannot be formatted.

@@ -115,12 +115,8 @@ fn tool(name: &'static str, description: &str, schema: Value) -> Tool {
     tool
 }
 
-/// Reads `search_tools` arguments; a bad argument is a tool error the model can correct.
-/// `known` are the servers the caller may search.
-pub(crate) fn parse_search(
-    known: &[&str],
-    args: &Map<String, Value>,
-) -> Result<Search, CallToolResult> {
+/// `search_tools`' `query` and `queries`, together: at least one, at most [`MAX_QUERIES`].
+fn search_queries(args: &Map<String, Value>) -> Result<Vec<String>, CallToolResult> {
     let mut queries = Vec::new();
     match args.get("query") {
         None | Some(Value::Null) => {}
@@ -147,6 +143,16 @@ pub(crate) fn parse_search(
     if queries.len() > MAX_QUERIES {
         return Err(tool_error(format!("at most {MAX_QUERIES} queries at once")));
     }
+    Ok(queries)
+}
+
+/// Reads `search_tools` arguments; a bad argument is a tool error the model can correct.
+/// `known` are the servers the caller may search.
+pub(crate) fn parse_search(
+    known: &[&str],
+    args: &Map<String, Value>,
+) -> Result<Search, CallToolResult> {
+    let queries = search_queries(args)?;
     let top_k = match args.get("top_k") {
         None | Some(Value::Null) => DEFAULT_TOP_K,
         Some(v) => match v.as_u64() {
