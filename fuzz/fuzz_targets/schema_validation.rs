@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(schema: Value, arguments: Option<&serde_json::Map<String, Value>>) {
     std::sync::LazyLock::force(&TOKENIZER);
     let servers = [ServerTools {
-        server: "fuzz".to_owned(),
+        server: "fuzz".into(),
         description: None,
         tools: vec![json!({"name": "tool", "inputSchema": schema}).into()],
     }];
