@@ -16,8 +16,6 @@
 //! keys of this entry that mcpgw does not own, key order, and (for Codex's TOML) comments. A
 //! JSON file that does not parse (a VS Code file with comments, say) is refused, untouched.
 
-mod json;
-
 use std::{
     io::ErrorKind,
     net::{IpAddr, SocketAddr},
@@ -27,7 +25,7 @@ use std::{
 use anyhow::{Context, anyhow, bail};
 
 use crate::{Failure, command::load_config};
-use json::Json;
+use config::json::Json;
 
 /// The environment variable the entries read a client key from.
 pub(crate) const KEY_VAR: &str = "MCPGW_API_KEY";

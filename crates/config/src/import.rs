@@ -4,18 +4,17 @@
 //! secret into an environment reference) and [`crate::load`] on a `.json` file (which keeps
 //! inline values, see there).
 
-mod json;
 mod render;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use self::json::Json;
 use crate::auth::{AUTHORIZATION, env_name_problem};
 use crate::file::{
     AuditFile, AuthFile, BearerAuthFile, GatewayFile, HttpFile, NetworkFile, RetrievalFile,
     ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
 };
+use crate::json::Json;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
 use crate::value::looks_secret;
 use crate::{Config, ConfigError, Problem, ServerConfig, ServerName};
@@ -485,7 +484,7 @@ impl Mapper {
             let text = match value {
                 Json::String(text) => text.clone(),
                 // `"PORT": 8080` is common and meant as the string "8080".
-                Json::Number(text) => text.clone(),
+                Json::Number(number) => number.to_string(),
                 Json::Bool(b) => b.to_string(),
                 other => {
                     self.problems.push(Problem::new(

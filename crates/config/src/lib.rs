@@ -23,6 +23,7 @@ mod document;
 mod error;
 mod file;
 mod import;
+pub mod json;
 mod origin;
 mod policy;
 mod server;

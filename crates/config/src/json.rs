@@ -1,4 +1,5 @@
-//! JSON that keeps its object keys in file order, so merging one entry into a client's
+//! JSON that keeps its object keys in file order: servers imported from an `mcpServers` file
+//! keep the user's order, and `mcpgw client-config` merging one entry into a client's
 //! configuration file (`~/.claude.json` holds a whole application's state) rewrites nothing
 //! else in another order.
 //!
@@ -16,7 +17,7 @@ use serde::{
 
 /// A JSON value whose objects are key-value pairs in their original order.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Json {
+pub enum Json {
     Null,
     Bool(bool),
     Number(serde_json::Number),
@@ -26,20 +27,20 @@ pub(crate) enum Json {
 }
 
 impl Json {
-    pub(crate) fn object(pairs: impl IntoIterator<Item = (&'static str, Json)>) -> Json {
+    pub fn object(pairs: impl IntoIterator<Item = (&'static str, Json)>) -> Json {
         Json::Object(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
     }
 
-    pub(crate) fn string(text: impl Into<String>) -> Json {
+    pub fn string(text: impl Into<String>) -> Json {
         Json::String(text.into())
     }
 
-    pub(crate) fn strings<S: Into<String>>(items: impl IntoIterator<Item = S>) -> Json {
+    pub fn strings<S: Into<String>>(items: impl IntoIterator<Item = S>) -> Json {
         Json::Array(items.into_iter().map(|s| Json::String(s.into())).collect())
     }
 
     /// The value under `key`, if this is an object that has it.
-    pub(crate) fn get(&self, key: &str) -> Option<&Json> {
+    pub fn get(&self, key: &str) -> Option<&Json> {
         match self {
             Json::Object(pairs) => pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v),
             _ => None,
@@ -48,7 +49,7 @@ impl Json {
 
     /// The value under `key` of an object, inserted at the end as `default` when missing.
     /// `None` when this is not an object.
-    pub(crate) fn entry(&mut self, key: &str, default: impl FnOnce() -> Json) -> Option<&mut Json> {
+    pub fn entry(&mut self, key: &str, default: impl FnOnce() -> Json) -> Option<&mut Json> {
         let Json::Object(pairs) = self else {
             return None;
         };
@@ -63,7 +64,7 @@ impl Json {
     }
 
     /// Removes `key` from an object; whether it was there.
-    pub(crate) fn remove(&mut self, key: &str) -> bool {
+    pub fn remove(&mut self, key: &str) -> bool {
         match self {
             Json::Object(pairs) => {
                 let before = pairs.len();
@@ -75,7 +76,7 @@ impl Json {
     }
 
     /// The same value as a `serde_json::Value`, for comparisons that ignore key order.
-    pub(crate) fn to_value(&self) -> serde_json::Value {
+    pub fn to_value(&self) -> serde_json::Value {
         match self {
             Json::Null => serde_json::Value::Null,
             Json::Bool(b) => serde_json::Value::Bool(*b),
@@ -92,7 +93,7 @@ impl Json {
     }
 
     /// What kind of value this is, for messages.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Json::Null => "null",
             Json::Bool(_) => "a boolean",
@@ -222,5 +223,26 @@ mod tests {
             r#"{"a":2,"c":null}"#
         );
         assert!(Json::Bool(true).entry("x", || Json::Null).is_none());
+    }
+
+    #[test]
+    fn object_keys_keep_document_order() {
+        let json: Result<Json, _> =
+            serde_json::from_str(r#"{"z": 1, "a": [true, null, "s"], "m": {"y": 2.5, "b": -1}}"#);
+        let keys = |j: &Json| match j {
+            Json::Object(entries) => entries.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        let json = json.ok();
+        assert_eq!(
+            json.as_ref().map(keys),
+            Some(vec!["z".into(), "a".into(), "m".into()])
+        );
+        let inner = json.as_ref().and_then(|j| j.get("m"));
+        assert_eq!(inner.map(keys), Some(vec!["y".into(), "b".into()]));
+        assert_eq!(
+            inner.and_then(|m| m.get("y")),
+            serde_json::Number::from_f64(2.5).map(Json::Number).as_ref()
+        );
     }
 }
