@@ -78,12 +78,7 @@ pub(crate) fn resolve_json(text: &str, source: &Path) -> Result<validate::Resolv
     let mut resolved = validate::resolve_partial(
         GatewayFile::default(),
         servers,
-        (
-            RetrievalFile::default(),
-            StoreFile::default(),
-            NetworkFile::default(),
-            AuditFile::default(),
-        ),
+        default_tables(),
         Default::default(),
         source,
         InlineSecrets::Allow,
@@ -141,6 +136,11 @@ fn map(text: &str, source: &Path, secrets: Secrets) -> Result<Mapped, ConfigErro
     })
 }
 
+/// The tables an `mcpServers` file has no equivalent of: every one at its default.
+fn default_tables() -> (RetrievalFile, StoreFile, NetworkFile, AuditFile) {
+    Default::default()
+}
+
 fn finish(
     servers: Vec<LocatedServer>,
     mut problems: Vec<Problem>,
@@ -150,12 +150,7 @@ fn finish(
     let resolved = validate::resolve(
         GatewayFile::default(),
         servers,
-        (
-            RetrievalFile::default(),
-            StoreFile::default(),
-            NetworkFile::default(),
-            AuditFile::default(),
-        ),
+        default_tables(),
         Default::default(),
         source,
         inline_secrets,
