@@ -42,8 +42,9 @@ pub const UNLISTED: &str = "unlisted";
 struct CallLabels {
     server: String,
     tool: String,
-    decision: String,
-    outcome: String,
+    /// The audit log's words, which are static: no allocation for them per call.
+    decision: &'static str,
+    outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -262,13 +263,20 @@ impl Metrics {
     }
 
     /// One tool call ended: `tool` is its qualified name, or [`UNLISTED`].
-    pub fn call(&self, server: &str, tool: &str, decision: &str, outcome: &str, took: Duration) {
+    pub fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        decision: &'static str,
+        outcome: &'static str,
+        took: Duration,
+    ) {
         self.calls
             .get_or_create(&CallLabels {
                 server: server.to_owned(),
                 tool: tool.to_owned(),
-                decision: decision.to_owned(),
-                outcome: outcome.to_owned(),
+                decision,
+                outcome,
             })
             .inc();
         self.call_seconds
