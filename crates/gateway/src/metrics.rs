@@ -98,6 +98,7 @@ pub struct Metrics {
     search_seconds: Family<StrategyLabels, Histogram>,
     sessions_open: Gauge,
     sessions_opened: Counter,
+    direct_calls: Counter,
     /// Set from the gateway's state when scraped.
     state: StateSeries,
     /// One scrape at a time brings the state series up to date and encodes them.
@@ -256,6 +257,11 @@ impl Metrics {
                 "sessions_opened",
                 "Streamable HTTP sessions opened since start",
             ),
+            direct_calls: counter(
+                registry_ref,
+                "tool_calls_direct",
+                "Tool calls of legacy HTTP sessions answered in the request's own task, without rmcp's session worker",
+            ),
             state: StateSeries::new(registry_ref),
             registry,
             scraping: Mutex::new(()),
@@ -310,6 +316,11 @@ impl Metrics {
     pub fn session_opened(&self, open: usize) {
         self.sessions_opened.inc();
         self.sessions_open.set(gauge_value(open));
+    }
+
+    /// A tool call was answered on the direct path (`http::direct`).
+    pub fn direct_call(&self) {
+        self.direct_calls.inc();
     }
 
     /// Sessions closed or swept: `open` are left.

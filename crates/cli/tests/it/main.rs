@@ -11,6 +11,7 @@ mod client_keys;
 mod clients;
 mod config_check;
 mod connections;
+mod direct;
 mod drain;
 mod eval_set;
 mod example;

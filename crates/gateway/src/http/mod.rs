@@ -2,12 +2,13 @@
 //! request guard in front of every route (`guard`: Host, Origin, the admin routes' CSRF
 //! rules and admin token), who a request comes from (`client_auth`: client keys and, through
 //! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
-//! (`session_owner`), the admin routes (`admin`), the data path's response shaping
-//! (`json_reply`), the graceful drain on shutdown (`drain`), and every answer the edge makes up
+//! (`session_owner`), the admin routes (`admin`), the data path's fast lane for plain tool calls
+//! (`direct`) and response shaping (`json_reply`), the graceful drain on shutdown (`drain`), and every answer the edge makes up
 //! itself, in one table (`errors`).
 
 pub(crate) mod admin;
 pub(crate) mod client_auth;
+pub(crate) mod direct;
 pub(crate) mod drain;
 pub(crate) mod errors;
 pub(crate) mod guard;

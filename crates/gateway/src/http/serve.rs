@@ -20,6 +20,7 @@ use crate::{
     Gateway,
     http::{
         client_auth::{self, ClientAccess},
+        direct::{self, Direct},
         drain::{self, Drain},
         errors,
         guard::{Guard, admin_token_path},
@@ -243,7 +244,7 @@ fn app(
     let logins = Arc::new(Logins::for_listener(local, gateway.config()));
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
-    let (service, owners) = mcp_service(&gateway, &logins, shutdown);
+    let (service, owners, direct) = mcp_service(&gateway, &logins, shutdown);
     let metrics = crate::http::admin::metrics_route(gateway.clone(), owners.clone());
     let health_gateway = gateway.clone();
     let health_drain = drain.clone();
@@ -253,6 +254,8 @@ fn app(
         .route_layer(axum::middleware::from_fn(
             crate::http::json_reply::prefer_json,
         ))
+        // Plain tool calls of a legacy session, answered without rmcp's session machinery.
+        .route_layer(axum::middleware::from_fn_with_state(direct, direct::layer))
         // SEP-2243: `Mcp-Param-*` headers against the tools/call body, before rmcp reads it.
         .route_layer(axum::middleware::from_fn_with_state(
             gateway.clone(),
@@ -295,7 +298,8 @@ fn app(
     guard.apply(client_auth::apply(app, access, local))
 }
 
-/// rmcp's Streamable HTTP service for `/mcp`, and the session owners bound to its sessions.
+/// rmcp's Streamable HTTP service for `/mcp`, the session owners bound to its sessions, and
+/// the sessions whose plain calls are answered directly.
 fn mcp_service(
     gateway: &Arc<Gateway>,
     logins: &Arc<Logins>,
@@ -303,6 +307,7 @@ fn mcp_service(
 ) -> (
     StreamableHttpService<Front, LocalSessionManager>,
     Arc<Owners>,
+    Arc<Direct>,
 ) {
     let limits = &gateway.config().policy.limits;
     // No SSE priming events: they tell a client where to resume a broken stream, and no event
@@ -325,13 +330,23 @@ fn mcp_service(
         limits,
         gateway.metrics().clone(),
     ));
-    let (factory_gateway, factory_logins) = (gateway.clone(), logins.clone());
+    let direct = Arc::new(Direct::new(
+        sessions.clone(),
+        limits,
+        shutdown.child_token(),
+        gateway.metrics().clone(),
+    ));
+    let (factory_gateway, factory_logins, factory_direct) =
+        (gateway.clone(), logins.clone(), direct.clone());
     let service = StreamableHttpService::new(
-        move || Ok(Front::new(factory_gateway.clone(), factory_logins.clone())),
+        move || {
+            Ok(Front::new(factory_gateway.clone(), factory_logins.clone())
+                .with_direct(factory_direct.clone()))
+        },
         sessions,
         mcp_config,
     );
-    (service, owners)
+    (service, owners, direct)
 }
 
 /// rmcp answers transport-level failures (unparseable body, body over the limit, wrong

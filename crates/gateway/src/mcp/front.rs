@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::{
     Gateway,
+    http::direct::Direct,
     mcp::{
         call::{self, Call, Invocation, Malformed, Pipeline},
         errors, listing, meta, relay, result,
@@ -50,6 +51,9 @@ pub struct Front {
     /// This legacy session's entry among the change listeners, from its
     /// `notifications/initialized` on; its resource subscriptions are held there.
     listener: Arc<Mutex<Option<u64>>>,
+    /// Where this session's plain calls are answered without rmcp's session machinery (HTTP
+    /// listeners only; see `http::direct`).
+    direct: Option<Arc<Direct>>,
 }
 
 impl Front {
@@ -60,7 +64,19 @@ impl Front {
             logins,
             log_level: Arc::default(),
             listener: Arc::default(),
+            direct: None,
         }
+    }
+
+    /// This handler, its session's plain calls answered by `direct` once it is initialized.
+    pub(crate) fn with_direct(mut self, direct: Arc<Direct>) -> Self {
+        self.direct = Some(direct);
+        self
+    }
+
+    /// Whether this legacy session asked for log messages (`logging/setLevel`).
+    pub(crate) fn logs_requested(&self) -> bool {
+        lock(&self.log_level).is_some()
     }
 
     /// `search_tools`: among the servers and tools the caller may see.
@@ -256,6 +272,9 @@ impl ServerHandler for Front {
 
     /// A legacy session starts listening for list changes (see `changes`).
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(direct) = &self.direct {
+            direct.register(&context, self);
+        }
         let principal = Principal::of(&context.extensions);
         let id = self
             .gateway
