@@ -201,6 +201,7 @@ pub(crate) async fn search(
         },
         // Always: the legend under the table says how the scores were made.
         explain: true,
+        strategy: None,
     };
     let started = Instant::now();
     let found = gateway.search(&search).await;
