@@ -208,7 +208,9 @@ fn string<'a>(tool: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     tool.get(key)?.as_str()
 }
 
-fn one_line(description: &str) -> String {
+/// The first sentence of a description's first line, cut to a table cell's width: what
+/// [`ToolEntry::one_line_description`] shows (and the admin API, for a held definition).
+pub fn one_line(description: &str) -> String {
     let text = description.trim_start();
     let line = text.lines().next().unwrap_or_default().trim_end();
     let sentence = &line[..sentence_end(line)];

@@ -3,10 +3,13 @@
 use std::{net::SocketAddr, path::Path, sync::Arc, time::Instant};
 
 use anyhow::{Context, anyhow};
-use gateway::Gateway;
+use gateway::{
+    Gateway,
+    overview::{self, ServerRow},
+};
 use tokio_util::sync::CancellationToken;
 
-use crate::{Failure, banner, render};
+use crate::{Failure, banner, render, source::Source};
 
 pub(crate) fn load_config(explicit: Option<&Path>) -> Result<config::Config, Failure> {
     let path = config::discover(explicit).map_err(Failure::usage)?;
@@ -27,7 +30,7 @@ pub(crate) async fn open_database(
 }
 
 /// Builds the gateway and connects every server, with a progress bar on stderr.
-async fn started_gateway(config: config::Config) -> Arc<Gateway> {
+pub(crate) async fn started_gateway(config: config::Config) -> Arc<Gateway> {
     start_gateway(Gateway::open(config).await).await
 }
 
@@ -182,75 +185,75 @@ pub(crate) async fn search(
     query: &str,
     top_k: usize,
     servers: Vec<String>,
-    json: bool,
-    explain: bool,
+    output: Output,
 ) -> Result<(), Failure> {
-    if !(1..=50).contains(&top_k) {
-        return Err(Failure::usage(anyhow!("--top-k must be from 1 to 50")));
+    if !(1..=overview::MAX_TOP_K).contains(&top_k) {
+        return Err(Failure::usage(anyhow!(
+            "--top-k must be from 1 to {}",
+            overview::MAX_TOP_K
+        )));
     }
     let config = load_config(config_path)?;
-    let gateway = started_gateway(config).await;
-    // One search, once: worth waiting for the tool embeddings rather than answering lexically.
-    gateway.embedded().await;
-    let search = gateway::Search {
-        queries: vec![query.to_owned()],
+    for name in &servers {
+        known_server(&config, name)?;
+    }
+    let query = overview::SearchQuery {
+        query: query.to_owned(),
         top_k,
-        filter: catalog::Filter {
-            servers: (!servers.is_empty()).then_some(servers),
-            ..Default::default()
-        },
-        // Always: the legend under the table says how the scores were made.
-        explain: true,
+        strategy: None,
+        servers,
     };
-    let started = Instant::now();
-    let found = gateway.search(&search).await;
-    let elapsed = started.elapsed();
-    let total = gateway.catalog().tools().len();
-    let explanation = found.explanation.clone().unwrap_or_default();
-    if json {
-        let place = |place: Option<(usize, f32)>| match place {
-            Some((rank, score)) => serde_json::json!({"rank": rank, "score": score}),
-            None => serde_json::Value::Null,
-        };
-        let results: Vec<_> = found
-            .hits
-            .iter()
-            .enumerate()
-            .map(|(at, h)| {
-                let mut hit = serde_json::json!({
-                    "name": h.name,
-                    "server": h.server,
-                    "description": h.description,
-                    "score": h.score,
-                });
-                if explain {
-                    let sources = explanation.sources.get(at).copied().unwrap_or_default();
-                    hit["bm25"] = place(sources.bm25);
-                    hit["vector"] = place(sources.vector);
-                }
-                hit
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    } else if found.hits.is_empty() {
-        println!("no tools matched \"{query}\" ({total} tools searched)");
-    } else {
-        let sources = explain.then_some(explanation.sources.as_slice());
-        println!("{}", render::search_table(&found.hits, sources));
+    let (source, server_rows) = Source::open(config, output.offline).await;
+    let found = source.search(&query).await;
+    source.close().await;
+    let found = found?;
+    if output.json {
         println!(
-            "{} of {total} tools, {} search, {:.2} ms",
-            found.hits.len(),
-            found.strategy,
-            elapsed.as_secs_f64() * 1000.0
+            "{}",
+            serde_json::to_string_pretty(&render::search_json(&found.hits, output.explain))?
         );
-        println!("{}", render::score_legend(explanation.scoring, explain));
+    } else if found.hits.is_empty() {
+        println!(
+            "no tools matched \"{}\" ({} tools searched)",
+            found.query, found.catalog_tools
+        );
+    } else {
+        println!("{}", render::search_table(&found.hits, output.explain));
+        println!(
+            "{} of {} tools, {} search, {:.2} ms",
+            found.hits.len(),
+            found.catalog_tools,
+            found.strategy,
+            found.elapsed_ms
+        );
+        println!(
+            "{}",
+            render::score_legend(found.scoring.into(), output.explain)
+        );
     }
     if let Some(reason) = &found.degraded {
         eprintln!("note: {reason}");
     }
-    report_failed_servers(&gateway);
-    gateway.shutdown().await;
+    report_failed_servers(&server_rows);
     Ok(())
+}
+
+/// How a reading command prints and where it asks: `--json`, `--explain`, `--offline`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Output {
+    pub json: bool,
+    pub explain: bool,
+    pub offline: bool,
+}
+
+/// A usage error unless `name` is a configured server.
+fn known_server(config: &config::Config, name: &str) -> Result<(), Failure> {
+    match config.server(name) {
+        Some(_) => Ok(()),
+        None => Err(Failure::usage(anyhow!(
+            "no server named '{name}' in the configuration"
+        ))),
+    }
 }
 
 pub(crate) async fn tools(
@@ -258,106 +261,47 @@ pub(crate) async fn tools(
     server: Option<&str>,
     cost: bool,
     profile: Option<&str>,
-    json: bool,
+    output: Output,
 ) -> Result<(), Failure> {
     let config = load_config(config_path)?;
-    if let Some(name) = server
-        && config.server(name).is_none()
+    if let Some(name) = server {
+        known_server(&config, name)?;
+    }
+    if let Some(name) = profile
+        && config.policy.profile(name).is_none()
     {
+        let known: Vec<&str> = config
+            .policy
+            .profiles
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
         return Err(Failure::usage(anyhow!(
-            "no server named '{name}' in the configuration"
+            "no profile named '{name}' in the configuration (profiles: {})",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
         )));
     }
-    let profile = match profile {
-        None => None,
-        Some(name) => Some(config.policy.profile(name).cloned().ok_or_else(|| {
-            let known: Vec<&str> = config
-                .policy
-                .profiles
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect();
-            Failure::usage(anyhow!(
-                "no profile named '{name}' in the configuration (profiles: {})",
-                if known.is_empty() {
-                    "none".to_owned()
-                } else {
-                    known.join(", ")
-                }
-            ))
-        })?),
+    let query = overview::ToolsQuery {
+        server: server.map(str::to_owned),
+        profile: profile.map(str::to_owned),
     };
-    let gateway = started_gateway(config).await;
-    let catalog = gateway.catalog();
-    let tools: Vec<&catalog::ToolEntry> = catalog
-        .tools()
-        .iter()
-        .filter(|t| server.is_none_or(|s| t.server == s))
-        .filter(|t| {
-            profile
-                .as_ref()
-                .is_none_or(|p| gateway::access::permits(p, t))
-        })
-        .collect();
-    if json {
-        let rows: Vec<_> = tools
-            .iter()
-            .map(|t| {
-                let mut row = serde_json::json!({
-                    "name": t.qualified,
-                    "server": t.server,
-                    "upstream_name": t.upstream_name,
-                    "description": t.one_line_description(),
-                });
-                if cost {
-                    row["tokens"] = t.token_cost.into();
-                }
-                row
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+    let (source, server_rows) = Source::open(config, output.offline).await;
+    let view = source.tools(&query).await;
+    source.close().await;
+    let view = view?;
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(&view.tools)?);
     } else {
-        println!("{}", render::tools_table(&tools, cost));
+        println!("{}", render::tools_table(&view.tools, cost));
         if cost {
-            let total: usize = tools.iter().map(|t| t.token_cost).sum();
-            println!(
-                "{} tools, {total} tokens (cl100k_base) if listed directly",
-                tools.len()
-            );
-            let access = match &profile {
-                Some(profile) => gateway::Access::for_profile(&gateway, profile),
-                None => gateway.access(gateway::Principal::Local),
-            };
-            let configured = access.configured_exposure();
-            let effective = access.exposure();
-            let mode = if configured == config::Exposure::Auto {
-                format!(
-                    "auto exposure: {} ({} tokens against a budget of {})",
-                    effective,
-                    access.passthrough_tokens(),
-                    gateway.config().gateway.token_budget
-                )
-            } else {
-                format!("{} exposure", effective)
-            };
-            let pinned = access.pinned();
-            let pinned = if effective == config::Exposure::Search && !pinned.is_empty() {
-                format!(", with pinned {}", pinned.join(", "))
-            } else {
-                String::new()
-            };
-            println!(
-                "{} ({mode}{pinned}): a client's tools/list costs {} tokens",
-                match &profile {
-                    Some(profile) => format!("profile '{}'", profile.name),
-                    None => "default view".to_owned(),
-                },
-                access.listed_tokens()
-            );
+            println!("{}", render::tools_cost(&view));
         }
     }
-    report_failed_servers(&gateway);
-    gateway.shutdown().await;
+    report_failed_servers(&server_rows);
     Ok(())
 }
 
@@ -457,59 +401,34 @@ async fn test_server(config: &config::Config, mut server: config::ServerConfig) 
     }
 }
 
-pub(crate) async fn servers_list(config_path: Option<&Path>, json: bool) -> Result<(), Failure> {
+pub(crate) async fn servers_list(
+    config_path: Option<&Path>,
+    json: bool,
+    offline: bool,
+) -> Result<(), Failure> {
     let config = load_config(config_path)?;
-    let gateway = started_gateway(config).await;
-    let statuses: Vec<upstream::ServerStatus> = gateway
-        .upstreams()
-        .servers()
-        .iter()
-        .map(|s| s.status())
-        .collect();
-    let held = held_counts(&gateway);
+    let (source, rows) = Source::open(config, offline).await;
+    source.close().await;
     if json {
-        let rows: Vec<serde_json::Value> = statuses
-            .iter()
-            .map(|status| {
-                let mut row = serde_json::to_value(status).unwrap_or_default();
-                row["held"] = held.get(status.name.as_str()).copied().unwrap_or(0).into();
-                row
-            })
-            .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        println!("{}", render::servers_table(&statuses, &held));
+        println!("{}", render::servers_table(&rows));
     }
-    gateway.shutdown().await;
-    let failed: Vec<&str> = statuses
+    let failed: Vec<&str> = rows
         .iter()
-        .filter(|status| {
-            matches!(
-                status.state,
-                upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
-            )
-        })
-        .map(|status| status.name.as_str())
+        .filter(|row| row.is_down())
+        .map(|row| row.name.as_str())
         .collect();
     if failed.is_empty() {
         Ok(())
     } else {
+        let enabled = rows.iter().filter(|row| row.state != "disabled").count();
         Err(Failure::from(anyhow!(
-            "{} of {} servers failed: {}",
+            "{} of {enabled} servers failed: {}",
             failed.len(),
-            statuses.len(),
             failed.join(", ")
         )))
     }
-}
-
-/// How many tools of each server are held for approval (tool pinning), by server name.
-fn held_counts(gateway: &Gateway) -> std::collections::HashMap<String, usize> {
-    let mut counts = std::collections::HashMap::new();
-    for tool in gateway.held_tools().iter() {
-        *counts.entry(tool.server.to_string()).or_default() += 1;
-    }
-    counts
 }
 
 /// Every problem of the file (exit 2 if any is an error), warnings about this machine, and
@@ -641,13 +560,12 @@ pub(crate) fn import(file: &Path, output: Option<&Path>) -> Result<(), Failure> 
     Ok(())
 }
 
-fn report_failed_servers(gateway: &Gateway) {
-    for server in gateway.upstreams().servers() {
-        if let upstream::ServerState::Failed { reason } = server.status().state {
-            eprintln!(
-                "warning: server '{}' is unavailable: {reason}",
-                server.name()
-            );
-        }
+fn report_failed_servers(servers: &[ServerRow]) {
+    for server in servers.iter().filter(|server| server.state == "failed") {
+        eprintln!(
+            "warning: server '{}' is unavailable: {}",
+            server.name,
+            server.reason.as_deref().unwrap_or_default()
+        );
     }
 }

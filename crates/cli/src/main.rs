@@ -13,6 +13,7 @@ mod command;
 mod eval;
 mod pinning;
 mod render;
+mod source;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
@@ -81,6 +82,10 @@ enum Command {
         listen: Option<SocketAddr>,
     },
     /// Search the tools of all configured servers, as the model's `search_tools` does.
+    ///
+    /// When a gateway is running on this configuration (at its `[gateway] listen` address, with
+    /// the admin token of its data directory, or a client key with admin rights in
+    /// MCPGW_ADMIN_KEY), it is asked; otherwise every server is started here.
     Search {
         /// What the tool should do, in words ("create a github issue"); ranked with the
         /// configured `[retrieval] strategy`.
@@ -99,13 +104,20 @@ enum Command {
         /// fused (hybrid) score.
         #[arg(long)]
         explain: bool,
+        /// Start the servers here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
     },
     /// List every tool with its qualified name (and token cost), or see and approve tools held
     /// because their definitions changed.
+    ///
+    /// When a gateway is running on this configuration, it is asked (see `mcpgw search
+    /// --help`); otherwise every server is started here.
     #[command(args_conflicts_with_subcommands = true)]
     Tools {
         #[command(subcommand)]
         command: Option<ToolsCommand>,
+        /// Only this server's tools.
         #[arg(long)]
         server: Option<String>,
         /// Show the cl100k_base token cost of each tool and the totals.
@@ -114,8 +126,13 @@ enum Command {
         /// Only the tools this profile (`[[profiles]]`) may see, and what its clients are shown.
         #[arg(long)]
         profile: Option<String>,
+        /// Print the tools as a JSON array (name, server, upstream_name, title, description,
+        /// annotations, tokens, pin, pinned_since), as `GET /admin/v1/tools` shows them.
         #[arg(long)]
         json: bool,
+        /// Start the servers here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
     },
     /// Inspect upstream servers.
     Servers {
@@ -186,10 +203,15 @@ enum ServersCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Connect to every server and show its state.
+    /// Show every configured server's state: from the gateway running on this configuration
+    /// when there is one (see `mcpgw search --help`), else by connecting to each here.
     List {
+        /// Print the servers as a JSON array, as `GET /admin/v1/servers` shows them.
         #[arg(long)]
         json: bool,
+        /// Connect to every server here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
     },
 }
 
@@ -360,43 +382,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let config_path = cli.config.as_deref();
     match cli.command {
         Command::Serve { stdio, listen } => command::serve(config_path, stdio, listen).await,
-        Command::Search {
-            query,
-            top_k,
-            servers,
-            json,
-            explain,
-        } => command::search(config_path, &query, top_k, servers, json, explain).await,
-        Command::Tools {
-            command: None,
-            server,
-            cost,
-            profile,
-            json,
-        } => {
-            command::tools(
-                config_path,
-                server.as_deref(),
-                cost,
-                profile.as_deref(),
-                json,
-            )
-            .await
+        command @ (Command::Search { .. } | Command::Tools { .. } | Command::Servers { .. }) => {
+            inspect(config_path, command).await
         }
-        Command::Tools {
-            command: Some(ToolsCommand::Held { json }),
-            ..
-        } => pinning::held(config_path, json).await,
-        Command::Tools {
-            command: Some(ToolsCommand::Approve { name, all }),
-            ..
-        } => pinning::approve(config_path, name.as_deref(), all).await,
-        Command::Servers {
-            command: ServersCommand::Test { name, json },
-        } => command::servers_test(config_path, &name, json).await,
-        Command::Servers {
-            command: ServersCommand::List { json },
-        } => command::servers_list(config_path, json).await,
         Command::Config {
             command: ConfigCommand::Check { connect },
         } => command::config_check(config_path, connect).await,
@@ -441,6 +429,58 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Eval(args) => eval::run(args).await,
         Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
+    }
+}
+
+/// `search`, `tools` and `servers`: what the servers offer, from a running gateway or here.
+async fn inspect(config_path: Option<&std::path::Path>, command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Search {
+            query,
+            top_k,
+            servers,
+            json,
+            explain,
+            offline,
+        } => {
+            let output = command::Output {
+                json,
+                explain,
+                offline,
+            };
+            command::search(config_path, &query, top_k, servers, output).await
+        }
+        Command::Tools {
+            command: None,
+            server,
+            cost,
+            profile,
+            json,
+            offline,
+        } => {
+            let output = command::Output {
+                json,
+                offline,
+                ..Default::default()
+            };
+            let (server, profile) = (server.as_deref(), profile.as_deref());
+            command::tools(config_path, server, cost, profile, output).await
+        }
+        Command::Tools {
+            command: Some(ToolsCommand::Held { json }),
+            ..
+        } => pinning::held(config_path, json).await,
+        Command::Tools {
+            command: Some(ToolsCommand::Approve { name, all }),
+            ..
+        } => pinning::approve(config_path, name.as_deref(), all).await,
+        Command::Servers {
+            command: ServersCommand::Test { name, json },
+        } => command::servers_test(config_path, &name, json).await,
+        Command::Servers {
+            command: ServersCommand::List { json, offline },
+        } => command::servers_list(config_path, json, offline).await,
+        _ => Err(Failure::usage(anyhow::anyhow!("not an inspection command"))),
     }
 }
 

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use gateway::overview;
 use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
@@ -37,21 +38,18 @@ pub(crate) fn table() -> Table {
     table
 }
 
-/// The hits of `mcpgw search`; with `sources` (`--explain`), each hit's place in the BM25 and
-/// the vector list.
-pub(crate) fn search_table(
-    hits: &[gateway::FoundTool],
-    sources: Option<&[catalog::Sources]>,
-) -> Table {
+/// The hits of `mcpgw search`; with `explain`, each hit's place in the BM25 and the vector
+/// list.
+pub(crate) fn search_table(hits: &[overview::Hit], explain: bool) -> Table {
     let mut table = table();
     let mut header = vec!["#", "tool", "server", "score"];
-    if sources.is_some() {
+    if explain {
         header.extend(["bm25 rank (score)", "vector rank (cosine)"]);
     }
     header.push("description");
     table.set_header(header);
-    let place = |place: Option<(usize, f32)>, digits: usize| match place {
-        Some((rank, score)) => format!("{rank} ({score:.digits$})"),
+    let place = |place: Option<overview::Place>, digits: usize| match place {
+        Some(overview::Place { rank, score }) => format!("{rank} ({score:.digits$})"),
         None => "-".to_owned(),
     };
     for (i, hit) in hits.iter().enumerate() {
@@ -61,15 +59,29 @@ pub(crate) fn search_table(
             hit.server.to_string(),
             format!("{:.4}", hit.score),
         ];
-        if let Some(sources) = sources {
-            let of_hit = sources.get(i).copied().unwrap_or_default();
-            row.push(place(of_hit.bm25, 2));
-            row.push(place(of_hit.vector, 3));
+        if explain {
+            row.push(place(hit.bm25, 2));
+            row.push(place(hit.vector, 3));
         }
         row.push(hit.description.clone());
         table.add_row(row);
     }
     table
+}
+
+/// `mcpgw search --json`: each hit's name, server, description and score; with `explain` its
+/// `bm25` and `vector` places too (`{rank, score}` or null).
+pub(crate) fn search_json(hits: &[overview::Hit], explain: bool) -> Vec<serde_json::Value> {
+    hits.iter()
+        .map(|hit| {
+            let mut row = serde_json::to_value(hit).unwrap_or_default();
+            if !explain && let Some(row) = row.as_object_mut() {
+                row.remove("bm25");
+                row.remove("vector");
+            }
+            row
+        })
+        .collect()
 }
 
 /// The line under `mcpgw search`'s table that says what the scores mean.
@@ -102,7 +114,7 @@ pub(crate) fn score_legend(scoring: catalog::Scoring, explained: bool) -> String
     }
 }
 
-pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {
+pub(crate) fn tools_table(tools: &[overview::ToolRow], cost: bool) -> Table {
     let mut table = table();
     if cost {
         table.set_header(["tool", "server", "tokens", "description"]);
@@ -110,51 +122,75 @@ pub(crate) fn tools_table(tools: &[&catalog::ToolEntry], cost: bool) -> Table {
         table.set_header(["tool", "server", "description"]);
     }
     for tool in tools {
-        let mut row = vec![tool.qualified.to_string(), tool.server.to_string()];
+        let mut row = vec![tool.name.to_string(), tool.server.to_string()];
         if cost {
-            row.push(tool.token_cost.to_string());
+            row.push(tool.tokens.unwrap_or_default().to_string());
         }
-        row.push(tool.one_line_description());
+        row.push(tool.description.clone());
         table.add_row(row);
     }
     table
 }
 
-/// `held`: how many tools of each server are held for approval, by name.
-pub(crate) fn servers_table(
-    statuses: &[upstream::ServerStatus],
-    held: &std::collections::HashMap<String, usize>,
-) -> Table {
+/// The lines under `mcpgw tools --cost`: the tools' total, and what a client's `tools/list`
+/// costs in the view's exposure.
+pub(crate) fn tools_cost(view: &overview::ToolsView) -> String {
+    let total: usize = view.tools.iter().filter_map(|t| t.tokens).sum();
+    let listing = &view.listing;
+    let mode = if listing.configured_exposure == "auto" {
+        format!(
+            "auto exposure: {} ({} tokens against a budget of {})",
+            listing.exposure, listing.passthrough_tokens, listing.token_budget
+        )
+    } else {
+        format!("{} exposure", listing.exposure)
+    };
+    let pinned = if listing.exposure == "search" && !listing.always_listed.is_empty() {
+        format!(", with pinned {}", listing.always_listed.join(", "))
+    } else {
+        String::new()
+    };
+    let who = match &listing.profile {
+        Some(profile) => format!("profile '{profile}'"),
+        None => "default view".to_owned(),
+    };
+    format!(
+        "{} tools, {total} tokens (cl100k_base) if listed directly\n{who} ({mode}{pinned}): a client's tools/list costs {} tokens",
+        view.tools.len(),
+        listing.listed_tokens
+    )
+}
+
+/// `mcpgw servers list`: each server's state, era, protocol, tool count, and its error or
+/// `serverInfo`, with its tools held for approval.
+pub(crate) fn servers_table(servers: &[overview::ServerRow]) -> Table {
     let mut table = table();
     table.set_header(["server", "state", "era", "protocol", "tools", "detail"]);
-    for status in statuses {
-        let mut detail = match &status.state {
-            upstream::ServerState::Failed { reason }
-            | upstream::ServerState::Unresponsive { reason } => reason.clone(),
-            _ => status
+    for server in servers {
+        let mut detail = match &server.reason {
+            Some(reason) => reason.clone(),
+            None => server
                 .server_name
                 .as_ref()
-                .map(|n| format!("{n} {}", status.server_version.clone().unwrap_or_default()))
+                .map(|n| format!("{n} {}", server.server_version.clone().unwrap_or_default()))
                 .unwrap_or_default(),
         };
-        match held.get(status.name.as_str()).copied().unwrap_or(0) {
-            0 => {}
-            n => {
-                if !detail.is_empty() {
-                    detail.push_str("; ");
-                }
-                let tools = if n == 1 { "tool" } else { "tools" };
-                detail.push_str(&format!(
-                    "{n} {tools} held for approval (see `mcpgw tools held`)"
-                ));
+        if server.held > 0 {
+            if !detail.is_empty() {
+                detail.push_str("; ");
             }
+            let tools = if server.held == 1 { "tool" } else { "tools" };
+            detail.push_str(&format!(
+                "{} {tools} held for approval (see `mcpgw tools held`)",
+                server.held
+            ));
         }
         table.add_row([
-            status.name.to_string(),
-            state_word(status).to_owned(),
-            status.era.map(|e| e.to_string()).unwrap_or_default(),
-            status.protocol_version.clone().unwrap_or_default(),
-            status.tool_count.map(|n| n.to_string()).unwrap_or_default(),
+            server.name.to_string(),
+            server.state.clone(),
+            server.era.clone().unwrap_or_default(),
+            server.protocol_version.clone().unwrap_or_default(),
+            server.tool_count.map(|n| n.to_string()).unwrap_or_default(),
             detail,
         ]);
     }

@@ -21,6 +21,7 @@ mod http;
 mod mcp;
 pub mod metrics;
 pub mod oauth;
+pub mod overview;
 mod policy;
 mod principal;
 mod search;
@@ -37,8 +38,9 @@ use std::{
 };
 
 pub use self::http::{
-    ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, ClientAccess, RESOURCE_METADATA_PATH,
-    admin_token_path, approval_json, http_app, serve_http, serve_http_with, serve_stdio,
+    ADMIN_KEY_VAR, ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminClient, AdminToken, ClientAccess,
+    RESOURCE_METADATA_PATH, Unanswered, admin_token_path, approval_json, http_app, serve_http,
+    serve_http_with, serve_stdio,
 };
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
@@ -286,15 +288,15 @@ impl Gateway {
         found
     }
 
-    /// [`Gateway::search`] without the metrics.
-    async fn run_search(&self, search: &Search) -> Found {
+    /// [`Gateway::search`] without the metrics (the admin API's searches are not a client's).
+    pub(crate) async fn run_search(&self, search: &Search) -> Found {
         let mut catalog = self.catalog();
         let retrieval = &self.config.retrieval;
-        let strategy = match retrieval.strategy {
+        let strategy = search.strategy.unwrap_or(match retrieval.strategy {
             config::Strategy::Bm25 => catalog::Strategy::Bm25,
             config::Strategy::Vector => catalog::Strategy::Vector,
             config::Strategy::Hybrid => catalog::Strategy::Hybrid,
-        };
+        });
         if strategy.needs_vectors()
             && let Some(semantic) = self.semantic()
             && catalog.vector_model() != Some(semantic.model_id())

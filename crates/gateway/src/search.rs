@@ -12,6 +12,9 @@ pub struct Search {
     pub filter: Filter,
     /// Also say what stands behind each hit ([`Found::explanation`]): `mcpgw search --explain`.
     pub explain: bool,
+    /// Rank with this strategy rather than `[retrieval] strategy` (the admin API's search
+    /// playground compares them); `None` for the configured one.
+    pub strategy: Option<catalog::Strategy>,
 }
 
 /// The hits of a search, owned (the catalog they came from may be replaced meanwhile).

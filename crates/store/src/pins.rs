@@ -94,6 +94,20 @@ impl Store {
         Ok(states)
     }
 
+    /// Since when each pinned tool's definition is trusted (first use, or its last approval),
+    /// by (server, upstream tool name): what the admin API shows beside a tool.
+    pub async fn trusted_since(&self) -> Result<HashMap<(String, String), SystemTime>, StoreError> {
+        let rows = sqlx::query("SELECT server, tool, trusted_at FROM tool_pins")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut since = HashMap::with_capacity(rows.len());
+        for row in rows {
+            let key = (row.try_get("server")?, row.try_get("tool")?);
+            since.insert(key, from_unix_seconds(row.try_get("trusted_at")?));
+        }
+        Ok(since)
+    }
+
     /// Trusts each definition on first use: records it unless its tool is pinned already
     /// (by another process since the caller looked). `true` for each one recorded.
     pub async fn pin_first_use(&self, seen: &[SeenTool<'_>]) -> Result<Vec<bool>, StoreError> {
@@ -384,6 +398,12 @@ mod tests {
         assert_eq!(pin.qualified, "srv__echo");
         assert!(pin.pending.is_none());
         assert_eq!(store.tool_pin("srv", "other").await.expect("read"), None);
+        let since = store.trusted_since().await.expect("since");
+        assert_eq!(
+            since.get(&("srv".to_owned(), "echo".to_owned())),
+            Some(&pin.trusted.since)
+        );
+        assert_eq!(since.len(), 1);
     }
 
     #[tokio::test]

@@ -250,6 +250,17 @@ pub fn write_config_without_allowlist(toml: &str) -> ConfigDir {
     ConfigDir { dir, path }
 }
 
+/// [`write_config`] with `[gateway] listen` on a free loopback port (returned), for a gateway
+/// started with [`Gateway::start_configured`]: the CLI finds a running gateway there. `toml`
+/// must not have a `[gateway]` table of its own; `gateway` lines are added to this one.
+pub fn listening_config(gateway: &str, toml: &str) -> (ConfigDir, u16) {
+    let port = free_port();
+    let config = write_config(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:{port}\"\n{gateway}\n{toml}"
+    ));
+    (config, port)
+}
+
 /// TOML for server-everything over stdio under `name`.
 pub fn everything_stdio_server(name: &str) -> String {
     format!(
@@ -298,6 +309,24 @@ impl Gateway {
         filter: &str,
         setup: impl FnOnce(&mut Command),
     ) -> Gateway {
+        Self::launch(config, filter, Some("127.0.0.1:0"), setup)
+    }
+
+    /// [`Gateway::start_with`] on the address the configuration names (`[gateway] listen`, see
+    /// [`listening_config`]), where the CLI looks for a running gateway.
+    pub fn start_configured(config: ConfigDir, setup: impl FnOnce(&mut Command)) -> Gateway {
+        let gateway = Self::launch(config, "info", None, setup);
+        gateway.wait_settled();
+        gateway
+    }
+
+    /// `mcpgw serve` on `listen` (else the configured address); see [`Gateway::start_listening`].
+    fn launch(
+        config: ConfigDir,
+        filter: &str,
+        listen: Option<&str>,
+        setup: impl FnOnce(&mut Command),
+    ) -> Gateway {
         let log = config.dir.path().join("mcpgw.log");
         let log_file = std::fs::File::create(&log).expect("log file");
         let mut command = Command::new(mcpgw());
@@ -305,10 +334,11 @@ impl Gateway {
         // start-up line says which (that line is always logged, whatever `filter` says). A port
         // picked here and bound later could be taken by another test's gateway meanwhile, and
         // this test would then talk to that one.
+        command.args(["serve", "--config"]).arg(&config.path);
+        if let Some(listen) = listen {
+            command.args(["--listen", listen]);
+        }
         command
-            .args(["serve", "--config"])
-            .arg(&config.path)
-            .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", format!("{filter},gateway::http::serve=info"))
             .stdout(Stdio::null())
             .stderr(log_file);
@@ -351,14 +381,28 @@ impl Gateway {
         setup: impl FnOnce(&mut Command),
     ) -> Gateway {
         let gateway = Self::start_listening(config, filter, setup);
+        gateway.wait_settled();
+        gateway
+    }
+
+    /// Waits (bounded) until no server is still making its first connection.
+    fn wait_settled(&self) {
         wait_until("every upstream to settle", Duration::from_secs(90), || {
-            gateway.health().is_some_and(|health| {
+            self.health().is_some_and(|health| {
                 health["servers"]
                     .as_array()
                     .is_some_and(|servers| servers.iter().all(|s| s["state"] != "starting"))
             })
         });
-        gateway
+    }
+
+    /// The admin token this gateway wrote into its data directory.
+    pub fn admin_token(&self) -> String {
+        let path = self.log.with_file_name("admin-token");
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+            .trim()
+            .to_owned()
     }
 
     pub fn url(&self) -> String {

@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
+mod admin_api;
 mod approvals;
 mod audit_log;
 mod auth_headers;

@@ -236,7 +236,10 @@ async fn approve_tool(
 
 /// The local user, or a principal whose profile says `admin = true`; else 403.
 #[allow(clippy::result_large_err)]
-fn admin_only(gateway: &Gateway, principal: Option<Extension<Principal>>) -> Result<(), Response> {
+pub(crate) fn admin_only(
+    gateway: &Gateway,
+    principal: Option<Extension<Principal>>,
+) -> Result<(), Response> {
     let principal = self::principal(principal);
     if principal.is_admin(&gateway.config().policy) {
         Ok(())

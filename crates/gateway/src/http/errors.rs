@@ -15,6 +15,8 @@
 //! | 403 | -32600 | a foreign `Host` or `Origin`; an admin write a browser marks cross- or same-site | `guard` |
 //! | 403 | -32001 | a token whose profile is unknown | `client_auth` |
 //! | 403/404/409 | — | admin decisions: not yours, unknown id, already decided | `admin` |
+//! | 400 | — | an `/admin/v1` read with a bad parameter (missing `q`, `top_k` out of range, unknown server) | `admin_v1` |
+//! | 403 | — | an admin route for a principal whose profile is not `admin = true` | `admin`, `admin_v1` |
 //! | 404 | text | a session id that does not exist or is another principal's | `session_owner` |
 //! | 413 | -32600 | a body over `[limits] request_bytes` | `serve` |
 //! | 415 | — | an admin write without `Content-Type: application/json` | `guard` |

@@ -881,6 +881,18 @@ mod tests {
             status(&open, "GET", "/admin/approvals", &[host, token]),
             200
         );
+        for read in [
+            "/admin/v1/servers",
+            "/admin/v1/tools",
+            "/admin/v1/search?q=x",
+        ] {
+            assert_eq!(status(&open, "GET", read, &[host]), 401, "{read}");
+            assert_eq!(status(&open, "GET", read, &[host, token]), 200, "{read}");
+            let rebound = "host: rebind.evil.example:8931";
+            assert_eq!(status(&open, "GET", read, &[rebound, token]), 403, "{read}");
+            let foreign = "origin: https://evil.example";
+            assert_eq!(status(&open, "GET", read, &[host, token, foreign]), 403);
+        }
         assert_eq!(
             status(&open, "POST", "/mcp", &[host]),
             200,

@@ -2,11 +2,15 @@
 //! request guard in front of every route (`guard`: Host, Origin, the admin routes' CSRF
 //! rules and admin token), who a request comes from (`client_auth`: client keys and, through
 //! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
-//! (`session_owner`), the admin routes (`admin`), the data path's fast lane for plain tool calls
-//! (`direct`) and response shaping (`json_reply`), the graceful drain on shutdown (`drain`), and every answer the edge makes up
+//! (`session_owner`), the admin routes (`admin`; the read side under `/admin/v1`, `admin_v1`,
+//! and its client for the CLI, `admin_client`), the data path's fast lane for plain tool
+//! calls (`direct`) and response shaping (`json_reply`), the graceful drain on shutdown
+//! (`drain`), and every answer the edge makes up
 //! itself, in one table (`errors`).
 
 pub(crate) mod admin;
+pub(crate) mod admin_client;
+pub(crate) mod admin_v1;
 pub(crate) mod client_auth;
 pub(crate) mod direct;
 pub(crate) mod drain;
@@ -18,6 +22,7 @@ pub(crate) mod serve;
 pub(crate) mod session_owner;
 
 pub use admin::approval_json;
+pub use admin_client::{ADMIN_KEY_VAR, AdminClient, Unanswered};
 pub use client_auth::{ClientAccess, RESOURCE_METADATA_PATH};
 pub use guard::{ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, admin_token_path};
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};

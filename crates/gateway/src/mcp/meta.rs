@@ -201,6 +201,7 @@ pub(crate) fn parse_search(
             tools: None,
         },
         explain: false,
+        strategy: None,
     })
 }
 
