@@ -7,6 +7,8 @@
 #   mcp-proxy     python mcp-proxy 0.13.0 (mcp<2) -> server-everything over stdio
 #   mcpgw         mcpgw, exposure passthrough -> stdio (tool everything__echo)
 #   mcpgw-search  mcpgw, exposure search: the call_tool meta-tool -> stdio
+#   mcpgw-elicit  mcpgw, exposure passthrough -> stdio, clients declaring elicitation (the
+#                 session path: such a call may need its request's stream)
 #   mcpgw-http    mcpgw, exposure passthrough -> server-everything's Streamable HTTP
 #
 # One target runs at a time, each started fresh on a free loopback port in its own process
@@ -30,7 +32,7 @@
 # Env:   BENCH_SECONDS=10        measured seconds per point
 #        BENCH_WARMUP=2          warm-up seconds before each point (its sessions are discarded)
 #        BENCH_CONCURRENCY="1 10 100"
-#        BENCH_TARGETS="direct mcp-proxy mcpgw mcpgw-search mcpgw-http"   a subset, in any order
+#        BENCH_TARGETS="direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http"   a subset, in any order
 #        BENCH_SKIP_SEARCH=1     skip the search_tools figures
 #        BENCH_SEARCH_TOOLS="1000 10000"
 #        BENCH_TS_CALLS=200      sequential calls of the TypeScript client
@@ -59,7 +61,7 @@ MCP_PROXY_SPEC=("mcp-proxy==0.13.0" "mcp<2")
 SECONDS_PER_POINT="${BENCH_SECONDS:-10}"
 WARMUP="${BENCH_WARMUP:-2}"
 CONCURRENCY="${BENCH_CONCURRENCY:-1 10 100}"
-TARGETS="${BENCH_TARGETS:-direct mcp-proxy mcpgw mcpgw-search mcpgw-http}"
+TARGETS="${BENCH_TARGETS:-direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http}"
 SEARCH_TOOLS="${BENCH_SEARCH_TOOLS:-1000 10000}"
 TS_CALLS="${BENCH_TS_CALLS:-200}"
 MCPGW_BIN="${MCPGW_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/mcpgw}"
@@ -72,8 +74,8 @@ for v in "$SECONDS_PER_POINT" "$WARMUP" "$TS_CALLS" $CONCURRENCY $SEARCH_TOOLS; 
 done
 ((SECONDS_PER_POINT >= 1 && TS_CALLS >= 1)) || die "BENCH_SECONDS and BENCH_TS_CALLS must be at least 1"
 for t in $TARGETS; do
-  case "$t" in direct | mcp-proxy | mcpgw | mcpgw-search | mcpgw-http) ;;
-    *) die "unknown target '$t' in BENCH_TARGETS (direct mcp-proxy mcpgw mcpgw-search mcpgw-http)" ;;
+  case "$t" in direct | mcp-proxy | mcpgw | mcpgw-search | mcpgw-elicit | mcpgw-http) ;;
+    *) die "unknown target '$t' in BENCH_TARGETS (direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http)" ;;
   esac
 done
 
@@ -114,6 +116,7 @@ declare -A NAMES=(
   [mcp-proxy]="mcp-proxy $PROXY_VERSION → stdio"
   [mcpgw]="mcpgw passthrough → stdio"
   [mcpgw-search]="mcpgw call_tool (search) → stdio"
+  [mcpgw-elicit]="mcpgw passthrough → stdio, clients declaring elicitation"
   [mcpgw-http]="mcpgw passthrough → Streamable HTTP"
 )
 
@@ -253,10 +256,11 @@ client() {
 
 # wrk_run OUT SECONDS C URL TOOL ARGS EXPECT
 wrk_run() {
-  local out="$1" secs="$2" c="$3"
+  local out="$1" secs="$2" c="$3" capabilities="${WRK_CAPABILITIES:-}"
   shift 3
+  [[ -n "$capabilities" ]] || capabilities='{}'
   client $((secs + 60)) "$out" "$out.err" wrk -t "$c" -c "$c" -d "${secs}s" --timeout 10s \
-    -s "$HERE/mcp-call.lua" "$1" -- "$2" "$3" "$4" ||
+    -s "$HERE/mcp-call.lua" "$1" -- "$2" "$3" "$4" 2025-11-25 "$capabilities" ||
     { cat "$out" "$out.err" >&2; die "wrk failed against $1"; }
   grep -q '^RESULT ' "$out" || { cat "$out" >&2; die "wrk printed no RESULT against $1"; }
 }
@@ -303,7 +307,7 @@ point() {
 ts_client() {
   local label="$1" json="{}"
   if MCPGW_PEERS="$PEERS" client 300 "$WORK/ts-$label.json" "$WORK/ts-$label.err" \
-    "$NODE" "$REPO/tests/clients/ts_calls.mjs" "$2" "$3" "$4" "$TS_CALLS" 10; then
+    "$NODE" "$REPO/tests/clients/ts_calls.mjs" "$2" "$3" "$4" "$TS_CALLS" 10 ${TS_MODE:-}; then
     json="$(tail -n 1 "$WORK/ts-$label.json")"
   else
     cat "$WORK/ts-$label.err" >&2
@@ -403,6 +407,13 @@ run_target() {
       pid="$GW_PID" url="http://127.0.0.1:$GW_PORT/mcp" tool=call_tool
       args="{\"name\":\"everything__echo\",\"arguments\":$ECHO_ARGS}"
       ;;
+    mcpgw-elicit)
+      # Clients that may be asked something mid-call take rmcp's session path, not the direct one.
+      mcpgw_config mcpgw-elicit passthrough "$STDIO_UPSTREAM"
+      start_mcpgw mcpgw-elicit
+      pid="$GW_PID" url="http://127.0.0.1:$GW_PORT/mcp" tool=everything__echo args="$ECHO_ARGS"
+      export WRK_CAPABILITIES='{"elicitation":{}}' TS_MODE=elicitation
+      ;;
     mcpgw-http)
       start_everything_http mcpgw-http-upstream
       # allow_private_network: the SSRF guard admits this one loopback upstream.
@@ -417,6 +428,7 @@ transport = { type = \"http\", url = \"http://127.0.0.1:$SE_PORT/mcp\" }"
   R[idle:$t]="$(rss_mib "$pid")"
   for c in $CONCURRENCY; do point "$t" "$c" "$pid" "$url" "$tool" "$args" "$EXPECT"; done
   ts_client "$t" "$url" "$tool" "$args" "$EXPECT"
+  unset WRK_CAPABILITIES TS_MODE
   stop_after "$base"
 }
 

@@ -35,13 +35,14 @@ sid = ""            -- Mcp-Session-Id ("" until known; stays "" for a server wit
 proto = ""          -- negotiated protocol version
 ok, bad, sse, json, init_fail = 0, 0, 0, 0, 0
 bad_sample = ""
-local tool, bodies, expect, requested_proto
+local tool, bodies, expect, requested_proto, capabilities
 local next_id, turn = 2, 0
 
 function init(args)
   tool = args[1] or "echo"
   expect = args[3] or "Echo: hello"
   requested_proto = args[4] or "2025-11-25"
+  capabilities = args[5] or "{}"
   bodies = {}
   for line in string.gmatch(args[2] or '{"message":"hello"}', "[^\n]+") do
     table.insert(bodies, line)
@@ -61,7 +62,8 @@ end
 function request()
   if phase == "init" then
     return post('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"'
-      .. requested_proto .. '","capabilities":{},"clientInfo":{"name":"bench-load","version":"0"}}}')
+      .. requested_proto .. '","capabilities":' .. capabilities
+      .. ',"clientInfo":{"name":"bench-load","version":"0"}}}')
   elseif phase == "notify" then
     return post('{"jsonrpc":"2.0","method":"notifications/initialized"}')
   end

@@ -44,7 +44,11 @@ const countingFetch = async (input, init) => {
   return response;
 };
 
-const client = new Client({ name: "mcpgw-ts-calls", version: "0.1.0" });
+// `elicitation`: the client declares elicitation, as Claude Code, VS Code and Cursor do.
+const client = new Client(
+  { name: "mcpgw-ts-calls", version: "0.1.0" },
+  mode === "elicitation" ? { capabilities: { elicitation: {} } } : undefined,
+);
 const transport = new StreamableHTTPClientTransport(new URL(url), { fetch: countingFetch });
 try {
   await client.connect(transport);

@@ -45,7 +45,8 @@ pub(crate) fn http_status(status: u16, reason: &str, url: &Url, body: &str) -> S
     if !body.is_empty() && body.len() <= 200 && !body.starts_with('<') && !body.contains('\n') {
         words.push_str(&format!(" ({body})"));
     }
-    if matches!(status, 404 | 405) {
+    // Not found, or no POST there (405; 501 from a plain web server such as python's).
+    if matches!(status, 404 | 405 | 501) {
         let hint = if path.ends_with("/mcp") || path.ends_with("/sse") {
             " — is an MCP server listening at this URL, and is it the right port?"
         } else {
@@ -283,6 +284,13 @@ mod tests {
             Some(
                 "HTTP 404 Not Found at /api — MCP endpoints usually end in /mcp (legacy SSE ones in /sse)",
             ),
+        );
+        let plain_web_server: StreamableHttpError<reqwest::Error> =
+            StreamableHttpError::UnexpectedServerResponse("HTTP 501: ".into());
+        check(
+            &plain_web_server,
+            "http://127.0.0.1:8000/api",
+            Some("HTTP 501 at /api — MCP endpoints usually end in /mcp (legacy SSE ones in /sse)"),
         );
         let html: StreamableHttpError<reqwest::Error> =
             StreamableHttpError::UnexpectedServerResponse(
