@@ -6,20 +6,13 @@
 //! duration back from now (`90s`, `30m`, `1h`, `2d`, `1w`) or an RFC 3339 time. Rows never hold
 //! arguments, only their SHA-256.
 
-use std::{
-    path::Path,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
-
-use anyhow::{Context, anyhow};
-use serde_json::json;
-
-use store::time::unix_millis;
+use std::{path::Path, time::SystemTime};
 
 use crate::{
     Failure,
     command::{load_config, open_database},
 };
+use anyhow::{Context, anyhow};
 
 /// How many records are shown unless `--limit` says otherwise.
 const DEFAULT_LIMIT: u32 = 50;
@@ -121,6 +114,7 @@ async fn list(config_path: Option<&Path>, args: Args) -> Result<(), Failure> {
             principal: principal.map(ids::PrincipalId::from),
             since,
             limit: args.limit as usize,
+            ..Default::default()
         })
         .await
         .context("cannot read the audit log")?;
@@ -194,65 +188,17 @@ fn table(entries: &[store::AuditEntry]) -> comfy_table::Table {
 }
 
 fn json_rows(entries: &[store::AuditEntry]) -> Vec<serde_json::Value> {
-    entries
-        .iter()
-        .map(|entry| {
-            json!({
-                "time": utc(entry.at, true),
-                "at_ms": unix_millis(entry.at),
-                "principal": entry.principal,
-                "server": entry.server,
-                "tool": entry.tool,
-                "arguments_sha256": entry.arguments_sha256,
-                "decision": entry.decision.as_str(),
-                "approver": entry.decision.approver(),
-                "outcome": entry.outcome.as_str(),
-                "latency_ms": u64::try_from(entry.latency.as_millis()).unwrap_or(u64::MAX),
-                "error": entry.error,
-            })
-        })
-        .collect()
+    entries.iter().map(gateway::records::audit_json).collect()
 }
 
-/// `time` before now, from `30m`-style durations or an RFC 3339 time.
+/// `--since`: a duration back from now or an RFC 3339 time.
 fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
-    let text = text.trim();
-    let fail = || {
+    gateway::records::parse_time(text, now).ok_or_else(|| {
         anyhow!(
-            "--since '{text}' is neither a duration (90s, 30m, 1h, 2d, 1w) nor an RFC 3339 time (2025-06-01T12:00:00Z)"
+            "--since '{}' is neither a duration (90s, 30m, 1h, 2d, 1w) nor an RFC 3339 time (2025-06-01T12:00:00Z)",
+            text.trim()
         )
-    };
-    if let Some(unit) = text.chars().last()
-        && text.len() > 1
-        && text[..text.len() - 1].bytes().all(|b| b.is_ascii_digit())
-    {
-        let n: u64 = text[..text.len() - 1].parse().map_err(|_| fail())?;
-        let seconds = match unit {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            'w' => 7 * 86_400,
-            _ => return Err(fail()),
-        };
-        let back = Duration::from_secs(n.checked_mul(seconds).ok_or_else(fail)?);
-        return Ok(now.checked_sub(back).unwrap_or(UNIX_EPOCH));
-    }
-    parse_rfc3339(text).ok_or_else(fail)
-}
-
-/// An RFC 3339 date-time (`T` or a space between date and time, fractional seconds, `Z` or an
-/// offset), or a bare date meaning its midnight UTC.
-fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Some(time.with_timezone(&chrono::Utc).into());
-    }
-    // chrono's RFC 3339 parser reads exactly `YYYY-MM-DD`: no shorter year or month.
-    if text.len() != 10 {
-        return None;
-    }
-    let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
-    Some(date.and_time(chrono::NaiveTime::MIN).and_utc().into())
+    })
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
@@ -260,20 +206,14 @@ pub(crate) fn utc_now_rfc3339() -> String {
     utc(SystemTime::now(), true)
 }
 
-/// `YYYY-MM-DD HH:MM:SS` in UTC, or `YYYY-MM-DDTHH:MM:SS.mmmZ` when `rfc3339`.
-fn utc(time: SystemTime, rfc3339: bool) -> String {
-    let time = chrono::DateTime::<chrono::Utc>::from(time);
-    if rfc3339 {
-        time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-    } else {
-        time.format("%Y-%m-%d %H:%M:%S").to_string()
-    }
-}
+use gateway::records::utc;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use store::time::from_unix_millis;
+    use serde_json::json;
+    use std::time::Duration;
+    use store::time::{from_unix_millis, unix_millis};
 
     fn at(ms: i64) -> SystemTime {
         from_unix_millis(ms)

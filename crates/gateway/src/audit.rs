@@ -449,9 +449,8 @@ mod tests {
     async fn tools_left(store: &store::Store) -> Vec<String> {
         store
             .audit_entries(&store::AuditQuery {
-                principal: None,
-                since: None,
                 limit: 100,
+                ..Default::default()
             })
             .await
             .expect("read")

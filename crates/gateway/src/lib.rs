@@ -24,6 +24,7 @@ pub mod oauth;
 pub mod overview;
 mod policy;
 mod principal;
+pub mod records;
 mod search;
 mod semantic;
 mod sync;

@@ -142,15 +142,73 @@ pub struct AuditEntry {
     pub error: Option<String>,
 }
 
-/// Which rows [`Store::audit_entries`] returns: newest first, at most `limit`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Which rows [`Store::audit_page`] returns: newest first, at most `limit`, every filter given
+/// applying at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuditQuery {
     /// Only this principal's calls (`client:ci`, `local`, ...).
     pub principal: Option<PrincipalId>,
+    /// Only calls to this server's tools.
+    pub server: Option<ServerName>,
+    /// Only calls of this tool (qualified name).
+    pub tool: Option<QualifiedName>,
+    /// Only calls with this decision ([`CallDecision::as_str`]'s words).
+    pub decision: Option<String>,
+    /// Only calls with this outcome ([`CallOutcome::as_str`]'s words).
+    pub outcome: Option<String>,
     /// Only calls that arrived at or after this time.
     pub since: Option<SystemTime>,
+    /// Only calls that arrived before this time.
+    pub until: Option<SystemTime>,
+    /// Only rows after this one in the order (older): the `next` of the page before.
+    pub after: Option<AuditCursor>,
     pub limit: usize,
 }
+
+/// Where a page of the audit log ended: the (time, id) of its last row, written `AT_MS.ID`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuditCursor {
+    at_ms: i64,
+    id: i64,
+}
+
+impl AuditCursor {
+    /// A cursor as [`fmt::Display`] wrote it; `None` for anything else.
+    pub fn parse(text: &str) -> Option<AuditCursor> {
+        let (at_ms, id) = text.split_once('.')?;
+        Some(AuditCursor {
+            at_ms: at_ms.parse().ok()?,
+            id: id.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for AuditCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.at_ms, self.id)
+    }
+}
+
+/// One page of the audit log, and where the next one starts (`None`: this was the last).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditPage {
+    pub entries: Vec<AuditEntry>,
+    pub next: Option<AuditCursor>,
+}
+
+/// Every decision word an audit row can hold.
+pub const DECISION_WORDS: [&str; 7] = [
+    "allowed",
+    "approved",
+    "rejected",
+    "denied",
+    "rate_limited",
+    "held",
+    "timed_out",
+];
+
+/// Every outcome word an audit row can hold.
+pub const OUTCOME_WORDS: [&str; 4] = ["ok", "tool_error", "upstream_error", "not_run"];
 
 impl Store {
     /// Appends `entry` to the audit log. The error message is scrubbed and cut to
@@ -260,83 +318,98 @@ impl Store {
     /// The rows `query` selects, newest first. A row this version cannot read (a decision or
     /// outcome written by a newer mcpgw) is skipped and logged.
     pub async fn audit_entries(&self, query: &AuditQuery) -> Result<Vec<AuditEntry>, StoreError> {
-        // Four fixed statements rather than `? IS NULL OR ...`, which would keep SQLite from
-        // using the indexes.
-        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-        let since = query.since.map(unix_millis);
-        let rows =
-            match (&query.principal, since) {
-                (None, None) => sqlx::query(
-                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
-                            outcome, latency_ms, error
-                     FROM audit ORDER BY at_ms DESC, id DESC LIMIT ?",
-                )
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
-                (None, Some(since)) => sqlx::query(
-                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
-                            outcome, latency_ms, error
-                     FROM audit WHERE at_ms >= ? ORDER BY at_ms DESC, id DESC LIMIT ?",
-                )
-                .bind(since)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
-                (Some(principal), None) => sqlx::query(
-                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
-                            outcome, latency_ms, error
-                     FROM audit WHERE principal = ? ORDER BY at_ms DESC, id DESC LIMIT ?",
-                )
-                .bind(principal.as_str())
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
-                (Some(principal), Some(since)) => sqlx::query(
-                    "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
-                            outcome, latency_ms, error
-                     FROM audit WHERE principal = ? AND at_ms >= ?
-                     ORDER BY at_ms DESC, id DESC LIMIT ?",
-                )
-                .bind(principal.as_str())
-                .bind(since)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?,
-            };
-        let mut entries = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = row.try_get("id")?;
-            let decision: String = row.try_get("decision")?;
-            let outcome: String = row.try_get("outcome")?;
-            let (Some(decision), Some(outcome)) = (
-                CallDecision::from_row(&decision, row.try_get("approver")?),
-                CallOutcome::from_row(&outcome),
-            ) else {
-                tracing::warn!(
-                    id,
-                    decision,
-                    outcome,
-                    "skipped an audit row this version cannot read"
-                );
-                continue;
-            };
-            entries.push(AuditEntry {
-                at: from_unix_millis(row.try_get("at_ms")?),
-                principal: row.try_get::<String, _>("principal")?.into(),
-                server: row.try_get::<String, _>("server")?.into(),
-                tool: row.try_get::<String, _>("tool")?.into(),
-                arguments_sha256: row.try_get("args_sha256")?,
-                decision,
-                outcome,
-                latency: Duration::from_millis(
-                    u64::try_from(row.try_get::<i64, _>("latency_ms")?).unwrap_or(0),
-                ),
-                error: row.try_get("error")?,
-            });
-        }
-        Ok(entries)
+        Ok(self.audit_page(query).await?.entries)
     }
+
+    /// One page of the rows `query` selects, newest first, and the cursor of the next page.
+    /// Only the filters given become conditions, so SQLite can use the time and principal
+    /// indexes (a `? IS NULL OR ...` for each would keep it from them).
+    pub async fn audit_page(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
+        let mut sql = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+            "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                    outcome, latency_ms, error
+             FROM audit WHERE 1 = 1",
+        );
+        let texts = [
+            ("principal", query.principal.as_deref()),
+            ("server", query.server.as_deref()),
+            ("tool", query.tool.as_deref()),
+            ("decision", query.decision.as_deref()),
+            ("outcome", query.outcome.as_deref()),
+        ];
+        for (column, value) in texts {
+            if let Some(value) = value {
+                sql.push(format_args!(" AND {column} = "))
+                    .push_bind(value.to_owned());
+            }
+        }
+        if let Some(since) = query.since {
+            sql.push(" AND at_ms >= ").push_bind(unix_millis(since));
+        }
+        if let Some(until) = query.until {
+            sql.push(" AND at_ms < ").push_bind(unix_millis(until));
+        }
+        if let Some(after) = query.after {
+            sql.push(" AND (at_ms, id) < (")
+                .push_bind(after.at_ms)
+                .push(", ")
+                .push_bind(after.id)
+                .push(")");
+        }
+        // One row more than asked says whether there is a next page.
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX - 1);
+        sql.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
+            .push_bind(limit + 1);
+        let rows = sql.build().fetch_all(&self.pool).await?;
+        let more = rows.len() > query.limit;
+        let mut entries = Vec::with_capacity(rows.len().min(query.limit));
+        let mut last = None;
+        for row in rows.iter().take(query.limit) {
+            last = Some(AuditCursor {
+                at_ms: row.try_get("at_ms")?,
+                id: row.try_get("id")?,
+            });
+            if let Some(entry) = audit_row(row)? {
+                entries.push(entry);
+            }
+        }
+        Ok(AuditPage {
+            entries,
+            next: last.filter(|_| more),
+        })
+    }
+}
+
+/// One audit row, or `None` (logged) when this version cannot read its words.
+fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<AuditEntry>, StoreError> {
+    let id: i64 = row.try_get("id")?;
+    let decision: String = row.try_get("decision")?;
+    let outcome: String = row.try_get("outcome")?;
+    let (Some(decision), Some(outcome)) = (
+        CallDecision::from_row(&decision, row.try_get("approver")?),
+        CallOutcome::from_row(&outcome),
+    ) else {
+        tracing::warn!(
+            id,
+            decision,
+            outcome,
+            "skipped an audit row this version cannot read"
+        );
+        return Ok(None);
+    };
+    Ok(Some(AuditEntry {
+        at: from_unix_millis(row.try_get("at_ms")?),
+        principal: row.try_get::<String, _>("principal")?.into(),
+        server: row.try_get::<String, _>("server")?.into(),
+        tool: row.try_get::<String, _>("tool")?.into(),
+        arguments_sha256: row.try_get("args_sha256")?,
+        decision,
+        outcome,
+        latency: Duration::from_millis(
+            u64::try_from(row.try_get::<i64, _>("latency_ms")?).unwrap_or(0),
+        ),
+        error: row.try_get("error")?,
+    }))
 }
 
 /// `text` made safe to store: one line, credential-shaped words replaced by `[redacted]`
@@ -494,6 +567,7 @@ mod tests {
             principal: principal.map(PrincipalId::from),
             since: since_ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
             limit,
+            ..AuditQuery::default()
         }
     }
 
@@ -556,6 +630,96 @@ mod tests {
                 .expect("query")
                 .is_empty()
         );
+    }
+
+    #[tokio::test]
+    async fn pages_follow_each_other_under_every_filter() {
+        let store = store().await;
+        let mut written = Vec::new();
+        for i in 0..7u64 {
+            let mut row = entry(
+                if i % 2 == 0 { "local" } else { "client:ci" },
+                1_000 + i,
+                CallDecision::Allowed,
+            );
+            if i == 3 {
+                row.server = "git".into();
+                row.tool = "git__git_status".into();
+                row.decision = CallDecision::Denied;
+                row.outcome = CallOutcome::NotRun;
+            }
+            store.record_call(&row).await.expect("record");
+            written.push(row);
+        }
+        // Three pages of three, newest first, the last one short and without a next.
+        let mut query = AuditQuery {
+            limit: 3,
+            ..AuditQuery::default()
+        };
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let page = store.audit_page(&query).await.expect("page");
+            pages += 1;
+            seen.extend(page.entries);
+            let Some(next) = page.next else { break };
+            let text = next.to_string();
+            query.after = Some(AuditCursor::parse(&text).expect("cursor reads back"));
+        }
+        assert_eq!(pages, 3);
+        written.reverse();
+        assert_eq!(seen, written);
+        assert_eq!(AuditCursor::parse("12"), None);
+        assert_eq!(AuditCursor::parse("a.b"), None);
+
+        let only = |query: AuditQuery| {
+            let store = store.clone();
+            async move { store.audit_page(&query).await.expect("page").entries }
+        };
+        let git = only(AuditQuery {
+            server: Some("git".into()),
+            limit: 10,
+            ..AuditQuery::default()
+        })
+        .await;
+        assert_eq!(git.len(), 1);
+        assert_eq!(git[0].tool, "git__git_status");
+        for query in [
+            AuditQuery {
+                tool: Some("git__git_status".into()),
+                limit: 10,
+                ..AuditQuery::default()
+            },
+            AuditQuery {
+                decision: Some("denied".into()),
+                limit: 10,
+                ..AuditQuery::default()
+            },
+            AuditQuery {
+                outcome: Some("not_run".into()),
+                limit: 10,
+                ..AuditQuery::default()
+            },
+        ] {
+            assert_eq!(only(query.clone()).await, git, "{query:?}");
+        }
+        // A time window: [1002, 1005) holds rows 2, 3 and 4.
+        let window = only(AuditQuery {
+            since: Some(UNIX_EPOCH + Duration::from_millis(1_002)),
+            until: Some(UNIX_EPOCH + Duration::from_millis(1_005)),
+            limit: 10,
+            ..AuditQuery::default()
+        })
+        .await;
+        assert_eq!(window.len(), 3);
+        let ci_ok = only(AuditQuery {
+            principal: Some("client:ci".into()),
+            outcome: Some("ok".into()),
+            limit: 10,
+            ..AuditQuery::default()
+        })
+        .await;
+        assert_eq!(ci_ok.len(), 2, "rows 1 and 5 (row 3 did not run)");
     }
 
     #[tokio::test]

@@ -57,8 +57,8 @@ use sqlx::sqlite::{
 
 pub use approvals::{Approval, ApprovalStatus, DecideError, NewApproval, Verdict};
 pub use audit::{
-    AUDIT_PRUNE_BATCH, AuditEntry, AuditQuery, CallDecision, CallOutcome, MAX_AUDIT_ERROR_CHARS,
-    scrub_error,
+    AUDIT_PRUNE_BATCH, AuditCursor, AuditEntry, AuditPage, AuditQuery, CallDecision, CallOutcome,
+    DECISION_WORDS, MAX_AUDIT_ERROR_CHARS, OUTCOME_WORDS, scrub_error,
 };
 pub use clients::{CLIENT_KEY_PREFIX, ClientInfo, is_valid_client_name};
 pub use embeddings::{TextHash, text_hash};

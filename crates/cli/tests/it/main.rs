@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `mcpgw` binary between real MCP clients and real MCP servers.
 
 mod admin_api;
+mod admin_records;
 mod approvals;
 mod audit_log;
 mod auth_headers;

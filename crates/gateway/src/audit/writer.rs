@@ -227,9 +227,8 @@ mod tests {
     async fn rows(store: &store::Store) -> Vec<store::AuditEntry> {
         store
             .audit_entries(&store::AuditQuery {
-                principal: None,
-                since: None,
                 limit: 100_000,
+                ..Default::default()
             })
             .await
             .expect("audit reads")

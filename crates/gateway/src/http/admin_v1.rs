@@ -202,7 +202,7 @@ fn with_question_mark(pairs: String) -> String {
 
 /// The query string's parameters in order: each one of `known`, and given once unless it is
 /// `repeatable`; else why not.
-fn parameters(
+pub(crate) fn parameters(
     raw: Option<&str>,
     known: &[&str],
     repeatable: &[&str],

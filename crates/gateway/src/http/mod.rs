@@ -10,6 +10,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod admin_client;
+pub(crate) mod admin_records;
 pub(crate) mod admin_v1;
 pub(crate) mod client_auth;
 pub(crate) mod direct;

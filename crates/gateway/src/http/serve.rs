@@ -291,6 +291,7 @@ fn app(
         .merge(login::routes(gateway.clone(), logins))
         .merge(crate::http::admin::routes(gateway.clone()))
         .merge(crate::http::admin_v1::routes(gateway.clone()))
+        .merge(crate::http::admin_records::routes(gateway.clone()))
         .merge(metrics);
     let guard = Guard::new(
         local,

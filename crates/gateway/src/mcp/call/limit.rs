@@ -56,9 +56,8 @@ mod tests {
         gateway.audit_written().await;
         let rows = store
             .audit_entries(&store::AuditQuery {
-                principal: None,
-                since: None,
                 limit: 10,
+                ..Default::default()
             })
             .await
             .expect("audit");
