@@ -225,6 +225,31 @@ impl Upstreams {
         Ok(Some(server))
     }
 
+    /// Ends `principal`'s session with server `name` (after its sign-out): the next call
+    /// connects again, with whatever credentials the principal's store has then. For the local
+    /// user that is the shared session. Whether there was one.
+    pub async fn forget_principal(&self, name: &str, principal: &PrincipalId) -> bool {
+        if principal.is_local() {
+            let Some(shared) = self.get(name) else {
+                return false;
+            };
+            let connected = shared.is_connected();
+            shared.disconnect().await;
+            return connected;
+        }
+        let Some(own) = self.principals.get(name) else {
+            return false;
+        };
+        let removed = lock(own).remove(principal);
+        match removed {
+            Some(server) => {
+                server.disconnect().await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The tool list to show for server `name`: the shared server's last good one, else the
     /// most recent any principal's server fetched (an OAuth server the local user never signed
     /// in to is listed through its other users).

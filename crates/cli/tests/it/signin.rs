@@ -228,6 +228,46 @@ fn signin_link_for_a_client_without_elicitation_then_the_call_works() {
     assert!(log.contains("signed in"), "{log}");
     assert_no_secret(&secrets, &status_body, "/oauth/status");
     assert_no_secret(&secrets, &log, "the gateway log");
+
+    // The admin API lists the sign-in without its tokens, and signs it out.
+    let token =
+        std::fs::read_to_string(gateway.log.with_file_name("admin-token")).expect("admin token");
+    let admin = reqwest::blocking::Client::new();
+    let base = format!("http://127.0.0.1:{}/admin/v1/connections", gateway.port);
+    let listed = admin
+        .get(&base)
+        .bearer_auth(token.trim())
+        .send()
+        .and_then(|r| r.text())
+        .expect("connections");
+    let connections: Value = serde_json::from_str(&listed).expect("JSON");
+    assert_eq!(connections["connections"][0]["server"], "docs", "{listed}");
+    assert_eq!(
+        connections["connections"][0]["principal"], "local",
+        "{listed}"
+    );
+    assert_eq!(connections["connections"][0]["expired"], false, "{listed}");
+    assert_no_secret(&secrets, &listed, "/admin/v1/connections");
+    let sign_out = |path: &str| {
+        admin
+            .delete(format!("{base}/{path}"))
+            .bearer_auth(token.trim())
+            .header("content-type", "application/json")
+            .send()
+            .expect("gateway reachable")
+            .status()
+            .as_u16()
+    };
+    assert_eq!(sign_out("docs/local"), 204);
+    assert_eq!(sign_out("docs/client:nobody"), 404);
+    assert_eq!(sign_out("nope/local"), 404);
+    let report = py_client(&["--url", &gateway.url()], "legacy", whoami_script());
+    let again = &report["steps"][0];
+    assert_eq!(again["isError"], true, "signed out: {again}");
+    assert!(
+        result_text(again).contains("/oauth/start?server=docs"),
+        "the sign-in is offered again: {again}"
+    );
 }
 
 #[test]

@@ -12,6 +12,9 @@
 //!   an administrator, when it was made and last used. Never a key (none is stored).
 //! - `GET /admin/v1/connections`: every stored OAuth sign-in (server, principal, issuer, when
 //!   it expires and was last renewed). Never a token.
+//! - `DELETE /admin/v1/connections/{server}/{principal}`: signs `principal` out of `server`:
+//!   its stored tokens are deleted and its own session with the server ends (204; 404 when it
+//!   had neither). Its next call to the server asks it to sign in again.
 //!
 //! Guarded and for admins only, as every admin route; a bad parameter gets 400 naming it.
 
@@ -19,7 +22,7 @@ use std::{sync::Arc, time::SystemTime};
 
 use axum::{
     Extension, Json, Router,
-    extract::{RawQuery, State},
+    extract::{Path, RawQuery, State},
     http::StatusCode,
     response::{IntoResponse, Response},
     routing::get,
@@ -28,7 +31,10 @@ use serde_json::{Value, json};
 
 use crate::{
     Gateway,
-    http::{admin::admin_only, admin_v1::parameters},
+    http::{
+        admin::admin_only,
+        admin_v1::{clip, parameters},
+    },
     oauth::unix_seconds,
     principal::Principal,
     records,
@@ -47,6 +53,10 @@ pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
         .route("/admin/v1/approvals", get(approvals))
         .route("/admin/v1/clients", get(clients))
         .route("/admin/v1/connections", get(connections))
+        .route(
+            "/admin/v1/connections/{server}/{principal}",
+            axum::routing::delete(sign_out),
+        )
         .with_state(gateway)
 }
 
@@ -254,6 +264,41 @@ async fn connections(
             "updated_at": unix_seconds(signed_in.updated_at),
         })
     })
+}
+
+async fn sign_out(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+    Path((server, principal)): Path<(String, String)>,
+) -> Response {
+    let store = match admitted(&gateway, caller, None, &[]) {
+        Ok(admitted) => admitted.store,
+        Err(refused) => return *refused,
+    };
+    if gateway.config().server(&server).is_none() {
+        return super::errors::plain(
+            StatusCode::NOT_FOUND,
+            &format!("no server named '{}' in the configuration", clip(&server)),
+        );
+    }
+    let deleted = match store.delete_credentials(&server, &principal).await {
+        Ok(deleted) => deleted,
+        Err(error) => return store_failed(&error),
+    };
+    let principal_id = ids::PrincipalId::new(principal.as_str());
+    let ended = gateway
+        .upstreams()
+        .forget_principal(&server, &principal_id)
+        .await;
+    if deleted || ended {
+        tracing::info!(%server, principal = %principal_id, "signed out through the admin API");
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        super::errors::plain(
+            StatusCode::NOT_FOUND,
+            &format!("{} has no sign-in with '{server}'", clip(&principal)),
+        )
+    }
 }
 
 fn bad_request(message: &str) -> Response {

@@ -240,7 +240,7 @@ fn known_server(config: &config::Config, name: String) -> Result<String, String>
 }
 
 /// At most 64 characters of what a caller sent, for an error message.
-fn clip(text: &str) -> String {
+pub(crate) fn clip(text: &str) -> String {
     text.chars().take(64).collect()
 }
 
