@@ -25,6 +25,8 @@ NPM_PEERS=(
 PY_PEERS=(
   "mcp==2.3.0"
   "mcp-server-time==2026.10.19"
+  # Drives Debian's chromium through Debian's chromedriver: tests/clients/console_browser.py.
+  "selenium==4.51.0"
 )
 # -----------------------------------------------------------------------------
 

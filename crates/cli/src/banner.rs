@@ -12,8 +12,14 @@ pub(crate) fn listening(
     config_source: &Path,
     servers: &[String],
     keys_required: bool,
+    admin_token: Option<&str>,
 ) -> String {
     let url = format!("http://{local}/mcp");
+    // The console's link signs in with the per-start admin token (open loopback listener).
+    let console = match admin_token {
+        Some(token) => format!("http://{local}/ui?token={token}"),
+        None => format!("http://{local}/ui (sign in with the key of an administrator's client)"),
+    };
     let source = config_source
         .canonicalize()
         .unwrap_or_else(|_| config_source.to_owned());
@@ -38,7 +44,7 @@ pub(crate) fn listening(
         "not needed on loopback until the first `mcpgw clients add NAME`"
     };
     format!(
-        "\nmcpgw {} is serving MCP at {url}\n  servers:     {servers_line}\n  client keys: {keys}\n  connect:     {connect}\n               (or claude-desktop, cursor, vscode, codex; without --install it prints the entry)\n",
+        "\nmcpgw {} is serving MCP at {url}\n  servers:     {servers_line}\n  client keys: {keys}\n  connect:     {connect}\n               (or claude-desktop, cursor, vscode, codex; without --install it prints the entry)\n  console:     {console}\n",
         env!("CARGO_PKG_VERSION"),
     )
 }

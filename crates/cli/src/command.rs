@@ -98,6 +98,7 @@ pub(crate) async fn serve(
                 &gateway.config().source,
                 &server_names,
                 access.requires_keys(),
+                access.admin_token().map(|token| token.reveal()),
             )
         );
     }

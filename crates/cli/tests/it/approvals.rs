@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-fn filesystem_server(name: &str, root: &Path) -> String {
+pub(crate) fn filesystem_server(name: &str, root: &Path) -> String {
     let js = peers().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
     format!(
         "[[servers]]\nname = \"{name}\"\ntransport = {{ type = \"stdio\", command = \"node\", args = [{:?}, {:?}] }}\n",

@@ -13,6 +13,7 @@ mod client_keys;
 mod clients;
 mod config_check;
 mod connections;
+mod console;
 mod direct;
 mod drain;
 mod eval_set;

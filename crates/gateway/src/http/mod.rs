@@ -13,6 +13,7 @@ pub(crate) mod admin_client;
 pub(crate) mod admin_records;
 pub(crate) mod admin_v1;
 pub(crate) mod client_auth;
+pub(crate) mod console;
 pub(crate) mod direct;
 pub(crate) mod drain;
 pub(crate) mod errors;

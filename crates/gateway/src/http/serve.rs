@@ -292,6 +292,10 @@ fn app(
         .merge(crate::http::admin::routes(gateway.clone()))
         .merge(crate::http::admin_v1::routes(gateway.clone()))
         .merge(crate::http::admin_records::routes(gateway.clone()))
+        .merge(crate::http::console::routes(
+            gateway.clone(),
+            access.admin_token().cloned(),
+        ))
         .merge(metrics);
     let guard = Guard::new(
         local,

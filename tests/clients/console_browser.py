@@ -1,0 +1,121 @@
+"""Drives mcpgw's web console in a real browser: Debian's headless Chromium through Selenium
+and Debian's chromedriver, as a person would, and reports what each page showed.
+
+    .peers/venv/bin/python tests/clients/console_browser.py BASE_URL TOKEN OUT_DIR \
+        [--search QUERY] [--approve TOOL]
+
+Opens BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), then every page: servers,
+tools, search (with QUERY), audit; with --approve it waits (up to 60 s) on the approvals page
+for a pending call of TOOL and presses its Approve button. A screenshot of each page goes to
+OUT_DIR/<page>.png. Prints one JSON object: the landing URL, the session cookie's flags, and
+per page its title and what it listed. Exit 0 when the tour ran (the test judges the report),
+1 when the browser failed.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def browser() -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def texts(driver, selector: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+
+
+def visit(driver, out: Path, base: str, path: str, name: str) -> dict:
+    driver.get(base + path)
+    driver.save_screenshot(str(out / f"{name}.png"))
+    return {"title": driver.title, "url": driver.current_url}
+
+
+def tour(driver, args) -> dict:
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {}
+    servers = visit(driver, out, args.base, f"/ui?token={args.token}", "servers")
+    servers["rows"] = texts(driver, "table tr")[1:]
+    report["landing"] = driver.current_url
+    cookie = driver.get_cookie("mcpgw_console") or {}
+    report["cookie"] = {k: cookie.get(k) for k in ("httpOnly", "sameSite", "path")}
+    report["servers"] = servers
+    tools = visit(driver, out, args.base, "/ui/tools", "tools")
+    tools["names"] = texts(driver, "td.name")
+    report["tools"] = tools
+    if args.search:
+        driver.get(args.base + "/ui/search")
+        box = driver.find_element(By.NAME, "q")
+        box.send_keys(args.search)
+        box.submit()
+        time.sleep(0.5)
+        driver.save_screenshot(str(out / "search.png"))
+        report["search"] = {
+            "title": driver.title,
+            "lists": {
+                section.get_attribute("id"): [e.text for e in section.find_elements(By.CSS_SELECTOR, "li .name")]
+                for section in driver.find_elements(By.CSS_SELECTOR, "section.list")
+            },
+        }
+    if args.approve:
+        report["approval"] = approve(driver, args, out)
+    audit = visit(driver, out, args.base, "/ui/audit", "audit")
+    audit["rows"] = texts(driver, "table tr")[1:]
+    report["audit"] = audit
+    return report
+
+
+def approve(driver, args, out: Path) -> dict:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        driver.get(args.base + "/ui/approvals")
+        cards = [c for c in driver.find_elements(By.CSS_SELECTOR, "div.approval") if args.approve in c.text]
+        if cards:
+            driver.save_screenshot(str(out / "approvals.png"))
+            cards[0].find_element(By.CSS_SELECTOR, "button.approve").click()
+            # The form's answer is the approvals page again, with a note saying what happened.
+            WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.note"))
+            driver.save_screenshot(str(out / "approvals-decided.png"))
+            return {"found": True, "note": " ".join(texts(driver, "p.note"))}
+        time.sleep(0.5)
+    driver.save_screenshot(str(out / "approvals.png"))
+    return {"found": False, "note": ""}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("base")
+    parser.add_argument("token")
+    parser.add_argument("out_dir")
+    parser.add_argument("--search")
+    parser.add_argument("--approve")
+    args = parser.parse_args()
+    try:
+        driver = browser()
+    except Exception as error:  # noqa: BLE001 - say why the browser did not start
+        print(f"could not start Chromium: {error}", file=sys.stderr)
+        return 1
+    try:
+        print(json.dumps(tour(driver, args)))
+        return 0
+    finally:
+        driver.quit()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
