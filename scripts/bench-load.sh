@@ -361,7 +361,7 @@ start_mcpgw() {
   spawn "$name" env -u RUST_LOG XDG_DATA_HOME="$WORK/$name-data" XDG_CONFIG_HOME="$WORK/$name-data" \
     "$BIN" serve --config "$WORK/$name.toml" --log info
   GW_PID="$SPAWNED"
-  wait_ready "$name" "$GW_PID" "$GW_PORT" "catalog ready" "${2:-60}"
+  wait_ready "$name" "$GW_PID" "$GW_PORT" "server ready" "${2:-60}"
 }
 
 # start_everything_http NAME: server-everything's Streamable HTTP server; sets SE_PID, SE_PORT.

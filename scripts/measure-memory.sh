@@ -13,7 +13,7 @@
 #              The issue 11 target is RSS after load <= 1.2x idle. Not in the default runs.
 #
 # Each run starts `mcpgw serve` on a free loopback port in its own process group, waits until
-# search is complete (the log's "search vectors ready", or "catalog ready" for bm25), reads VmRSS / VmHWM (peak) from /proc for the gateway and, labelled
+# search is complete (the log's "search vectors ready", or "server ready" for bm25), reads VmRSS / VmHWM (peak) from /proc for the gateway and, labelled
 # separately, the upstream Python child, makes one search_tools call over Streamable HTTP and
 # reads the gateway's memory again, then stops the gateway with SIGTERM to its process group.
 #
@@ -201,7 +201,7 @@ EOF
     "$BIN" serve --config "$cfg" --log info >/dev/null 2>"$log" &
   GW_PID=$!
   for ((i = 0; ; i++)); do
-    grep -qF "catalog ready" "$log" && break
+    grep -qF "server ready" "$log" && break
     if ! kill -0 "$GW_PID" 2>/dev/null || ((i >= TIMEOUT_S * 2)); then
       echo "gateway not ready; log:" >&2
       cat "$log" >&2
@@ -259,7 +259,7 @@ EOF
   setsid "$BIN" serve --config "$cfg" --log info >/dev/null 2>"$log" &
   GW_PID=$!
   local marker="search vectors ready"
-  [[ "$strategy" == bm25 ]] && marker="catalog ready"
+  [[ "$strategy" == bm25 ]] && marker="server ready"
   for ((i = 0; ; i++)); do
     grep -qF "$marker" "$log" && break
     if ! kill -0 "$GW_PID" 2>/dev/null; then
@@ -280,7 +280,7 @@ EOF
     echo "warning: gateway $GW_PID does not lead its process group" >&2
   CHILD_PID="$(ps -o pid= --ppid "$GW_PID" | head -n1 | tr -d ' ')"
   ready_at="$(log_time "$log" "$marker")"
-  tools="$(grep -m1 -F "catalog ready" "$log" | sed -n 's/.*tools=\([0-9]*\).*/\1/p' || true)"
+  tools="$(grep -m1 -F "server ready" "$log" | sed -n 's/.*tools=\([0-9]*\).*/\1/p' || true)"
   embed_ms="$(grep -m1 -F "tool embeddings ready" "$log" | sed -n 's/.* ms=\([0-9]*\).*/\1/p' || true)"
   sleep 2 # let start-up allocations settle
   local ready_s embed_s
