@@ -216,15 +216,23 @@ impl Gateway {
         };
         let on_settled = &on_settled;
         let connect_all =
-            futures::future::join_all(self.upstreams.servers().iter().map(|server| async move {
-                // A failure is recorded in the server's state, never returned, so one dead
-                // server cannot fail the others.
-                let ready = server.refresh_tools().await.is_ok();
-                if incremental && ready {
-                    self.publish_lexical().await;
-                }
-                server.mark_started();
-                on_settled(server);
+            futures::future::join_all(self.upstreams.servers().iter().map(|server| {
+                // What is logged while a server connects carries its name (the JSON log's
+                // `span`).
+                let span = tracing::info_span!("server", server = %server.name());
+                tracing::Instrument::instrument(
+                    async move {
+                        // A failure is recorded in the server's state, never returned, so one
+                        // dead server cannot fail the others.
+                        let ready = server.refresh_tools().await.is_ok();
+                        if incremental && ready {
+                            self.publish_lexical().await;
+                        }
+                        server.mark_started();
+                        on_settled(server);
+                    },
+                    span,
+                )
             }));
         tokio::join!(semantic, connect_all);
         // Incrementally, each ready server and the loaded embedder have published already.

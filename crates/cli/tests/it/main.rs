@@ -22,6 +22,7 @@ mod guard;
 mod harness;
 mod jwt;
 mod limits;
+mod log_format;
 mod metrics;
 mod naming;
 mod network;

@@ -104,7 +104,8 @@ struct Entry {
 
 /// What a request's body is, as far as this layer cares.
 enum Message {
-    Call(RequestId, ClientRequest),
+    /// Boxed: a request is large beside the other variants.
+    Call(RequestId, Box<ClientRequest>),
     Cancel(RequestId),
     Other,
 }
@@ -271,7 +272,7 @@ pub(crate) async fn layer(
     };
     match classify(&bytes) {
         Message::Call(id, request) if entry.may_answer() && plain_call(&request) => {
-            direct.answer(entry, id, request, parts).await
+            direct.answer(entry, id, *request, parts).await
         }
         Message::Cancel(id) => {
             entry.cancel(&id);
@@ -333,7 +334,7 @@ fn classify(body: &[u8]) -> Message {
             id,
             request: request @ ClientRequest::CallToolRequest(_),
             ..
-        })) => Message::Call(id, request),
+        })) => Message::Call(id, Box::new(request)),
         Ok(JsonRpcMessage::Notification(JsonRpcNotification {
             notification: ClientNotification::CancelledNotification(cancelled),
             ..
