@@ -105,6 +105,10 @@ pub(crate) async fn serve(
     let shutdown = CancellationToken::new();
     let now = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone(), now.clone()));
+    // SIGHUP and the file watch reload the configuration (`Gateway::reload`).
+    gateway.watch_config_file();
+    #[cfg(unix)]
+    tokio::spawn(reload_on_sighup(Arc::downgrade(&gateway)));
     let served = match (listener, access) {
         (Some(listener), Some(access)) => {
             gateway::serve_http_with(
@@ -175,6 +179,27 @@ async fn signal_shutdown(drain: CancellationToken, now: CancellationToken) {
         next_signal().await;
         tracing::info!("shutting down");
         token.cancel();
+    }
+}
+
+/// Reloads the configuration on each SIGHUP, for as long as the gateway runs. How it went is
+/// logged and kept for `/healthz`.
+#[cfg(unix)]
+async fn reload_on_sighup(gateway: std::sync::Weak<Gateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(hangup) => hangup,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGHUP; the configuration file is still watched");
+            return;
+        }
+    };
+    while hangup.recv().await.is_some() {
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        tracing::info!("SIGHUP: reloading the configuration");
+        let _ = gateway.reload().await;
     }
 }
 

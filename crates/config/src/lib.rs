@@ -369,10 +369,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    if is_json(path, &text) {
-        import::config_from_json(&text, path)
+    parse(&text, path)
+}
+
+/// [`load`] of text already read from `path` (a reload reads the file itself, to know what it
+/// applied): mcpgw.toml, or `mcpServers` JSON by the same rule.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    if is_json(path, text) {
+        import::config_from_json(text, path)
     } else {
-        parse_toml(&text, path)
+        parse_toml(text, path)
     }
 }
 
