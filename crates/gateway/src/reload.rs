@@ -97,7 +97,7 @@ impl Gateway {
         let loaded = text.and_then(|text| {
             let text = String::from_utf8(text)
                 .map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
-            config::parse(&text, path).map_err(|error| one_line(&error.to_string()))
+            config::parse(&text, path).map_err(|error| describe(&error, path))
         });
         match loaded {
             Ok(config) => Ok(self.apply(config).await),
@@ -306,6 +306,21 @@ fn keep_restart_only(
         "limits.shutdown_grace_s" => policy.limits.shutdown_grace;
     }
     (new, kept)
+}
+
+/// Why a configuration did not load, in one line, each problem at its file:line:column.
+fn describe(error: &config::ConfigError, path: &Path) -> String {
+    match error {
+        config::ConfigError::Invalid(problems) => problems
+            .iter()
+            .map(|problem| match problem.location {
+                Some(_) => format!("{}:{problem}", path.display()),
+                None => format!("{}: {problem}", path.display()),
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => one_line(&other.to_string()),
+    }
 }
 
 /// A configuration error in one line: its lines joined with "; ".

@@ -32,6 +32,7 @@ mod pinning;
 mod principals;
 mod profiles;
 mod relay;
+mod reload;
 mod resources;
 mod search;
 mod signin;
