@@ -130,6 +130,11 @@ impl Gateway {
             }
         }))
         .await;
+        if !starting.is_empty() {
+            // The new servers' resources and prompts are in the surface now.
+            self.listeners.changed(ListKind::Resources);
+            self.listeners.changed(ListKind::Prompts);
+        }
         report
     }
 

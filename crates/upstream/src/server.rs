@@ -542,6 +542,27 @@ impl Server {
                 server: self.name().to_owned(),
             });
         }
+        self.connect_locked().await
+    }
+
+    /// A new session's facts, in the server's status.
+    fn record_connected(&self, connected: &Connected, started: Instant) {
+        let mut status = lock(&self.status);
+        // A server starting with the gateway is `ready` once its tools are published
+        // (`Server::mark_started`), so `/healthz` never says ready before search can find it.
+        if status.state != ServerState::Starting {
+            status.state = ServerState::Ready;
+        }
+        status.era = Some(connected.era);
+        status.protocol_version = Some(connected.protocol_version.clone());
+        status.server_name = connected.server_name.clone();
+        status.server_version = connected.server_version.clone();
+        status.connect_ms = Some(started.elapsed().as_millis() as u64);
+        status.last_change = Some(SystemTime::now());
+    }
+
+    /// [`Server::session`]'s connect, under its `connect_lock`.
+    async fn connect_locked(&self) -> Result<Arc<Session>, UpstreamError> {
         // A dead session is replaced; the old one is closed so its child group is killed.
         let stale = lock(&self.live).take();
         if let Some(stale) = stale {
@@ -590,22 +611,8 @@ impl Server {
                 return Err(error);
             }
         };
+        self.record_connected(&connected, started);
         let session = Arc::new(connected.session);
-        {
-            let mut status = lock(&self.status);
-            // A server starting with the gateway is `ready` once its tools are published
-            // (`Server::mark_started`), so `/healthz` never says ready before search can
-            // find it.
-            if status.state != ServerState::Starting {
-                status.state = ServerState::Ready;
-            }
-            status.era = Some(connected.era);
-            status.protocol_version = Some(connected.protocol_version);
-            status.server_name = connected.server_name;
-            status.server_version = connected.server_version;
-            status.connect_ms = Some(started.elapsed().as_millis() as u64);
-            status.last_change = Some(SystemTime::now());
-        }
         tracing::info!(
             server = %self.name(),
             era = %connected.era,
