@@ -82,40 +82,59 @@ fn only_pid(path: &Path) -> u32 {
     pids[0]
 }
 
+/// The Python SDK client of `era` on `gateway`, in the background: it lists the tools (a
+/// 2026-07-28 one opens a listen stream first), creates `ready`, waits to hear that the tools
+/// changed, and lists them again; its report goes to `out`.
+fn waiting_client(gateway: &Gateway, era: &str, ready: &Path, out: &Path) -> Proc {
+    let mut script = vec![json!({"op": "list_tools"})];
+    if era == "modern" {
+        script.insert(0, json!({"op": "listen"}));
+    }
+    script.extend([
+        json!({"op": "mark", "path": ready}),
+        json!({"op": "wait_notification", "method": "notifications/tools/list_changed", "timeout": 60}),
+        json!({"op": "list_tools"}),
+    ]);
+    Proc::spawn(
+        "python client",
+        Command::new(venv_bin("python"))
+            .arg(repo_root().join("tests/clients/mcp_client.py"))
+            .args(["--url", &gateway.url(), "--era", era])
+            .arg(Value::from(script).to_string())
+            .env("MCP_CLIENT_TIMEOUT", "90")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(out).expect("client output")),
+    )
+}
+
+fn tool_names(listed: &Value) -> Vec<String> {
+    listed
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[test]
-fn sighup_adds_a_server_and_a_connected_legacy_client_hears_of_its_tools() {
+fn sighup_adds_a_server_and_connected_clients_of_both_eras_hear_of_its_tools() {
     let dir = tempfile::tempdir().expect("tempdir");
     let kept_pids = dir.path().join("kept.pids");
     let first = format!("{PASSTHROUGH}{}", clock("kept", &kept_pids, ""));
     let gateway = Gateway::start(write_config(&first));
     let kept = only_pid(&kept_pids);
 
-    // A legacy client lists the tools, then waits to hear that they changed.
-    let out = dir.path().join("client.json");
-    let script = json!([
-        {"op": "list_tools"},
-        {"op": "wait_notification", "method": "notifications/tools/list_changed", "timeout": 60},
-        {"op": "list_tools"},
-    ]);
-    let mut client = Proc::spawn(
-        "python client",
-        Command::new(venv_bin("python"))
-            .arg(repo_root().join("tests/clients/mcp_client.py"))
-            .args(["--url", &gateway.url(), "--era", "legacy"])
-            .arg(script.to_string())
-            .env("MCP_CLIENT_TIMEOUT", "90")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).expect("client output")),
-    );
-    let metrics = format!("http://127.0.0.1:{}/metrics", gateway.port);
-    let token = gateway.admin_token();
-    wait_until("the client's session", Duration::from_secs(30), || {
-        reqwest::blocking::Client::new()
-            .get(&metrics)
-            .header("x-mcpgw-admin-token", &token)
-            .send()
-            .and_then(|r| r.text())
-            .is_ok_and(|text| text.lines().any(|l| l == "mcpgw_sessions_open 1"))
+    let eras = ["legacy", "modern"];
+    let file = |era: &str, what: &str| dir.path().join(format!("{era}.{what}"));
+    let mut clients: Vec<Proc> = eras
+        .iter()
+        .map(|era| waiting_client(&gateway, era, &file(era, "ready"), &file(era, "json")))
+        .collect();
+    wait_until("both clients to listen", Duration::from_secs(60), || {
+        eras.iter().all(|era| file(era, "ready").exists())
     });
 
     rewrite(
@@ -126,34 +145,33 @@ fn sighup_adds_a_server_and_a_connected_legacy_client_hears_of_its_tools() {
     let status = wait_reloaded(&gateway, "ok", 1);
     assert_eq!(status["error"], Value::Null, "{status}");
 
-    wait_until("the client to finish", Duration::from_secs(90), || {
-        client.child.try_wait().ok().flatten().is_some()
+    wait_until("the clients to finish", Duration::from_secs(90), || {
+        clients
+            .iter_mut()
+            .all(|client| client.child.try_wait().ok().flatten().is_some())
     });
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("output"))
-        .expect("client report");
-    let steps = &report["steps"];
-    assert_eq!(
-        steps[1]["method"], "notifications/tools/list_changed",
-        "{report}"
-    );
-    let names = |listed: &Value| -> Vec<String> {
-        listed
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
-    };
-    assert!(
-        !names(&steps[0])
-            .iter()
-            .any(|n| n.starts_with("everything__"))
-    );
-    assert!(
-        names(&steps[2]).contains(&"everything__echo".to_owned()),
-        "{report}"
-    );
-    assert!(names(&steps[2]).contains(&"kept__get_current_time".to_owned()));
+    for era in eras {
+        let text = std::fs::read_to_string(file(era, "json")).expect("output");
+        let report: Value = serde_json::from_str(&text).expect("client report");
+        let steps = report["steps"].as_array().expect("steps");
+        let (before, heard, after) = (
+            &steps[steps.len() - 4],
+            &steps[steps.len() - 2],
+            &steps[steps.len() - 1],
+        );
+        // `count` only when it came (a timeout says `timedOut`).
+        assert_eq!(heard["count"], 1, "{era}: {report}");
+        assert!(
+            !tool_names(before)
+                .iter()
+                .any(|n| n.starts_with("everything__"))
+        );
+        assert!(
+            tool_names(after).contains(&"everything__echo".to_owned()),
+            "{era}: {report}"
+        );
+        assert!(tool_names(after).contains(&"kept__get_current_time".to_owned()));
+    }
     // The unchanged server kept its process.
     assert_eq!(only_pid(&kept_pids), kept);
     assert!(alive(kept));
