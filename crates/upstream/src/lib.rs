@@ -184,7 +184,7 @@ impl Upstreams {
         let mut servers = Vec::new();
         let mut principals = HashMap::new();
         for wanted in config.enabled_servers() {
-            let before = old.servers.iter().find(|s| s.name() == &wanted.name);
+            let before = old.servers.iter().find(|s| *s.name() == wanted.name);
             let server = match before {
                 Some(server) if server.config() == wanted => {
                     replaced.unchanged.push(wanted.name.clone());
