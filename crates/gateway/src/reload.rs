@@ -172,24 +172,14 @@ impl Gateway {
         let names = |servers: &[Arc<upstream::Server>]| -> Vec<ServerName> {
             servers.iter().map(|s| s.name().clone()).collect()
         };
-        let report = {
-            let mut status = lock(&self.reloads.status);
-            let report = ReloadReport {
-                generation: status.generation + 1,
-                added: names(&replaced.added),
-                changed: names(&replaced.changed),
-                removed: replaced.removed,
-                unchanged: replaced.unchanged,
-                restart_needed,
-            };
-            *status = ReloadStatus {
-                last: Some("ok"),
-                generation: report.generation,
-                at: Some(unix_now()),
-                error: None,
-                restart_needed: report.restart_needed.clone(),
-            };
-            report
+        // Applies are one at a time: the generation read here is still the latest below.
+        let report = ReloadReport {
+            generation: lock(&self.reloads.status).generation + 1,
+            added: names(&replaced.added),
+            changed: names(&replaced.changed),
+            removed: replaced.removed,
+            unchanged: replaced.unchanged,
+            restart_needed,
         };
         tracing::info!(
             generation = report.generation,
@@ -203,6 +193,14 @@ impl Gateway {
         self.publish_lexical().await;
         self.listeners.changed(ListKind::Resources);
         self.listeners.changed(ListKind::Prompts);
+        // `ok` once the catalog without the removed servers is out.
+        *lock(&self.reloads.status) = ReloadStatus {
+            last: Some("ok"),
+            generation: report.generation,
+            at: Some(unix_now()),
+            error: None,
+            restart_needed: report.restart_needed.clone(),
+        };
         (report, starting)
     }
 

@@ -366,3 +366,65 @@ fn a_restart_only_key_is_reported_and_not_applied() {
         "passthrough applied: {listed}"
     );
 }
+
+#[test]
+fn a_removed_server_finishes_its_call_in_flight_before_it_stops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).expect("traces");
+    let pids = dir.path().join("relay.pids");
+    let relay = recorded_server(
+        "relay",
+        &pids,
+        &format!(
+            "{} {} {}",
+            venv_bin("python"),
+            repo_root().join("tests/fixtures/relay_server.py").display(),
+            traces.display()
+        ),
+        "",
+    );
+    let kept = clock("clock", &dir.path().join("clock.pids"), "");
+    let gateway = Gateway::start(write_config(&format!("{PASSTHROUGH}{relay}{kept}")));
+    let relay_pid = only_pid(&pids);
+
+    let out = dir.path().join("client.json");
+    let script = json!([{"op": "call_tool", "name": "relay__slow", "arguments": {"seconds": 3}}]);
+    let mut client = Proc::spawn(
+        "python client",
+        Command::new(venv_bin("python"))
+            .arg(repo_root().join("tests/clients/mcp_client.py"))
+            .args(["--url", &gateway.url(), "--era", "legacy"])
+            .arg(script.to_string())
+            .env("MCP_CLIENT_TIMEOUT", "90")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).expect("client output")),
+    );
+    wait_until(
+        "the call to reach the upstream",
+        Duration::from_secs(30),
+        || traces.join("started").exists(),
+    );
+
+    rewrite(&gateway, &format!("{PASSTHROUGH}{kept}"));
+    sighup(&gateway);
+    wait_reloaded(&gateway, "ok", 1);
+    // Out of the catalog at once, while its call runs on.
+    assert_eq!(gateway.health().expect("healthz")["tools"], 2);
+    assert!(alive(relay_pid), "stopped before its call finished");
+
+    wait_until("the client to finish", Duration::from_secs(30), || {
+        client.child.try_wait().ok().flatten().is_some()
+    });
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("output"))
+        .expect("client report");
+    let step = &report["steps"][0];
+    assert_eq!(step["isError"], false, "{report}");
+    assert!(result_text(step).contains("slept 3"), "{report}");
+    assert!(traces.join("finished").exists());
+    wait_until(
+        "the drained server's child to exit",
+        Duration::from_secs(15),
+        || !alive(relay_pid),
+    );
+}
