@@ -3,7 +3,9 @@
 //! [`Gateway`] owns the [`upstream::Upstreams`] and the current [`catalog::Catalog`] snapshot.
 //! The snapshot is rebuilt (never mutated) whenever a server's tool list changes, and swapped in
 //! atomically, so a search or call always sees one consistent catalog. Every upstream's resources,
-//! templates and prompts are kept the same way, in a [`surface`] snapshot rebuilt with it.
+//! templates and prompts are kept the same way, in a [`surface`] snapshot rebuilt with it. The
+//! configuration is a snapshot too ([`Gateway::config`]), replaced as a whole by a reload
+//! ([`Gateway::apply`], module `reload`), so a request reads one configuration throughout.
 //!
 //! Architecture invariants:
 //! - The front end never blocks on a slow upstream except for a call to that upstream, bounded

@@ -1,6 +1,7 @@
 //! MCP client connections to upstream servers: stdio children, Streamable HTTP, legacy HTTP+SSE.
 //!
-//! Entry point: [`Upstreams`], built from the enabled servers of a [`config::Config`]. Each
+//! Entry point: [`Upstreams`], built from the enabled servers of a [`config::Config`], and
+//! rebuilt from a reloaded one by [`Upstreams::replace`] (unchanged servers kept). Each
 //! [`Server`] owns at most one live [`rmcp`] client session, (re)connects it on demand, remembers
 //! the protocol era it negotiated, and keeps its last good tool list, and resource, template and
 //! prompt lists ([`Lists`]); `resources/read`, `prompts/get` and `completion/complete` go to it
