@@ -336,25 +336,31 @@ fn a_restart_only_key_is_reported_and_not_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     let servers = clock("clock", &dir.path().join("clock.pids"), "");
     let gateway = Gateway::start(write_config(&servers));
-    // `exposure` applies at once; `max_connections` only at the next start.
+    // `exposure` applies at once; `client_auth` and `max_connections` only at the next start.
     rewrite(
         &gateway,
-        &format!("{PASSTHROUGH}[limits]\nmax_connections = 7\n{servers}"),
+        &format!(
+            "{PASSTHROUGH}client_auth = \"api_key\"\n[limits]\nmax_connections = 7\n{servers}"
+        ),
     );
     sighup(&gateway);
     let status = wait_reloaded(&gateway, "ok", 1);
     assert_eq!(
         status["restart_needed"],
-        json!(["limits.max_connections"]),
+        json!(["gateway.client_auth", "limits.max_connections"]),
         "{status}"
     );
     let log = gateway.log_text();
-    assert!(
-        log.lines().any(|l| l.contains("WARN")
-            && l.contains("limits.max_connections")
-            && l.contains("only a restart applies it")),
-        "{log}"
-    );
+    for key in ["gateway.client_auth", "limits.max_connections"] {
+        assert!(
+            log.lines().any(|l| l.contains("WARN")
+                && l.contains(key)
+                && l.contains("only a restart applies it")),
+            "{key}: {log}"
+        );
+    }
+    // Without a key, as before: client authentication was not tightened (nor would it be
+    // loosened) by a reload.
     let listed = py_client(
         &["--url", &gateway.url()],
         "legacy",
