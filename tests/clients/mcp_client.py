@@ -354,6 +354,13 @@ async def op_sleep(client: Client, step: dict[str, Any]) -> Any:
     return {}
 
 
+async def op_mark(client: Client, step: dict[str, Any]) -> Any:
+    """Creates the file "path": tells a test waiting outside that the script got this far."""
+    with open(step["path"], "w", encoding="utf-8"):
+        pass
+    return {}
+
+
 class Notifications:
     """Every notification's method in arrival order, legacy or listen-stream, and a wake-up."""
 
@@ -441,6 +448,7 @@ REQUIRED_STRING = {
     "get_prompt": "name",
     "wait_notification": "method",
     "set_level": "level",
+    "mark": "path",
 }
 
 OPS = {
@@ -456,6 +464,7 @@ OPS = {
     "ping": op_ping,
     "discover": op_discover,
     "sleep": op_sleep,
+    "mark": op_mark,
     "set_level": op_set_level,
     "listen": op_listen,
     "wait_notification": op_wait_notification,

@@ -51,16 +51,25 @@ async fn start_gateway(gateway: Arc<Gateway>) -> Arc<Gateway> {
     gateway
 }
 
+/// What `mcpgw serve` was asked for on its command line.
+pub(crate) struct ServeOptions {
+    /// Serve one client over stdin/stdout.
+    pub(crate) stdio: bool,
+    /// `--listen`, overriding `[gateway] listen`.
+    pub(crate) listen: Option<SocketAddr>,
+    /// The log is JSON: the banner, text for a person, is left out (the log says the same).
+    pub(crate) json_log: bool,
+}
+
 pub(crate) async fn serve(
     config_path: Option<&Path>,
-    stdio: bool,
-    listen: Option<SocketAddr>,
+    options: ServeOptions,
 ) -> Result<(), Failure> {
     let config = load_config(config_path)?;
-    let addr = listen.unwrap_or(config.gateway.listen);
+    let addr = options.listen.unwrap_or(config.gateway.listen);
     tracing::info!(config = %config.source.display(), "starting mcpgw");
     // Bind before connecting upstreams so a busy port fails fast, before children start.
-    let listener = if stdio {
+    let listener = if options.stdio {
         None
     } else {
         Some(
@@ -79,58 +88,28 @@ pub(crate) async fn serve(
         ),
         None => None,
     };
-    // The HTTP listener answers at once; each server joins the catalog when it is ready, so
-    // one that hangs at start-up delays nobody but itself. A stdio client is answered once every
-    // server has settled, as before: many list the tools once, right after the handshake, and
-    // never look again however the list changes.
-    let server_names: Vec<String> = gateway
-        .upstreams()
-        .servers()
-        .iter()
-        .map(|s| s.name().to_string())
-        .collect();
-    if let (Some(listener), Some(access)) = (&listener, &access) {
+    let banner = !options.stdio && !options.json_log;
+    if let (Some(listener), Some(access), true) = (&listener, &access, banner) {
         eprint!(
             "{}",
             banner::listening(
                 listener.local_addr()?,
                 gateway.config().gateway.listen,
                 &gateway.config().source,
-                &server_names,
+                &server_names(&gateway),
                 access.requires_keys(),
                 access.admin_token().map(|token| token.reveal()),
             )
         );
     }
-    // The banner's closing line, once every server has settled (HTTP only: under --stdio
-    // stderr is the client's log and the log lines above say the same).
-    let settling = (!stdio).then(|| banner::Settling::new(server_names.len()));
-    let settled = move |server: &upstream::Server| {
-        let status = server.status();
-        match &status.state {
-            upstream::ServerState::Failed { reason } => {
-                tracing::warn!(server = %status.name, %reason, "server not available")
-            }
-            _ => tracing::info!(
-                server = %status.name,
-                tools = status.tool_count.unwrap_or(0),
-                era = %status.era.map(|era| era.to_string()).unwrap_or_default(),
-                "server ready"
-            ),
-        }
-        // After the server's own log line, so the summary closes the start-up.
-        if let Some(summary) = settling.as_ref().and_then(|s| s.settled(&status)) {
-            eprintln!("{summary}");
-        }
-    };
-    if stdio {
-        gateway.start(settled).await;
-    } else {
-        gateway.start_serving(settled);
-    }
+    start_serving(&gateway, options.stdio, banner).await;
     let shutdown = CancellationToken::new();
     let now = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone(), now.clone()));
+    // SIGHUP and the file watch reload the configuration (`Gateway::reload`).
+    gateway.watch_config_file();
+    #[cfg(unix)]
+    tokio::spawn(reload_on_sighup(Arc::downgrade(&gateway)));
     let served = match (listener, access) {
         (Some(listener), Some(access)) => {
             gateway::serve_http_with(
@@ -150,6 +129,50 @@ pub(crate) async fn serve(
     served.map_err(Failure::from)
 }
 
+fn server_names(gateway: &Gateway) -> Vec<String> {
+    gateway
+        .upstreams()
+        .servers()
+        .iter()
+        .map(|s| s.name().to_string())
+        .collect()
+}
+
+/// Connects the servers. The HTTP listener answers at once; each server joins the catalog when
+/// it is ready, so one that hangs at start-up delays nobody but itself. A stdio client is
+/// answered once every server has settled, as before: many list the tools once, right after
+/// the handshake, and never look again however the list changes. `banner`: print the banner's
+/// closing line once every server has settled (else it is logged, when not under `--stdio`,
+/// where stderr is the client's log and the log lines say the same).
+async fn start_serving(gateway: &Arc<Gateway>, stdio: bool, banner: bool) {
+    let settling = (!stdio).then(|| banner::Settling::new(server_names(gateway).len()));
+    let settled = move |server: &upstream::Server| {
+        let status = server.status();
+        match &status.state {
+            upstream::ServerState::Failed { reason } => {
+                tracing::warn!(server = %status.name, %reason, "server not available")
+            }
+            _ => tracing::info!(
+                server = %status.name,
+                tools = status.tool_count.unwrap_or(0),
+                era = %status.era.map(|era| era.to_string()).unwrap_or_default(),
+                "server ready"
+            ),
+        }
+        // After the server's own log line, so the summary closes the start-up.
+        match settling.as_ref().and_then(|s| s.settled(&status)) {
+            Some(summary) if banner => eprintln!("{summary}"),
+            Some(summary) => tracing::info!("{summary}"),
+            None => {}
+        }
+    };
+    if stdio {
+        gateway.start(settled).await;
+    } else {
+        gateway.start_serving(settled);
+    }
+}
+
 /// The first SIGTERM or Ctrl-C fires `drain` (the HTTP listener drains its calls in flight),
 /// a second one `now` (stop at once).
 async fn signal_shutdown(drain: CancellationToken, now: CancellationToken) {
@@ -157,6 +180,27 @@ async fn signal_shutdown(drain: CancellationToken, now: CancellationToken) {
         next_signal().await;
         tracing::info!("shutting down");
         token.cancel();
+    }
+}
+
+/// Reloads the configuration on each SIGHUP, for as long as the gateway runs. How it went is
+/// logged and kept for `/healthz`.
+#[cfg(unix)]
+async fn reload_on_sighup(gateway: std::sync::Weak<Gateway>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(hangup) => hangup,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGHUP; the configuration file is still watched");
+            return;
+        }
+    };
+    while hangup.recv().await.is_some() {
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        tracing::info!("SIGHUP: reloading the configuration");
+        let _ = gateway.reload().await;
     }
 }
 

@@ -66,8 +66,19 @@ struct Cli {
     /// Log filter (tracing syntax, e.g. "info" or "mcpgw=debug"); RUST_LOG also works.
     #[arg(long, global = true)]
     log: Option<String>,
+    /// How log lines are written on stderr: text, or one JSON object per line (overrides
+    /// `[gateway] log_format` for `serve`).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormatArg>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`: the values of `[gateway] log_format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -355,7 +366,8 @@ fn main() -> ExitCode {
         Command::Serve { .. } => "info,rmcp=warn".to_owned(),
         _ => one_shot_filter(),
     };
-    init_logging(cli.log.as_deref(), &default_level);
+    let log_format = log_format(&cli);
+    init_logging(cli.log.as_deref(), &default_level, log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -366,22 +378,53 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(run(cli));
+    let result = runtime.block_on(run(cli, log_format));
     // Children are already stopped by each command; don't wait for stray blocking tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {:#}", failure.error);
+            match log_format {
+                // Every line of a JSON log is JSON, the last one too.
+                config::LogFormat::Json => {
+                    tracing::error!(error = %format!("{:#}", failure.error), "mcpgw failed")
+                }
+                config::LogFormat::Text => eprintln!("error: {:#}", failure.error),
+            }
             ExitCode::from(failure.code)
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
+/// `--log-format`, else for `serve` the configuration's `[gateway] log_format`, else text.
+/// The configuration is read here, before logging starts, only for that key: a file that does
+/// not load is reported by the command itself, in the format this falls back to.
+fn log_format(cli: &Cli) -> config::LogFormat {
+    match cli.log_format {
+        Some(LogFormatArg::Text) => config::LogFormat::Text,
+        Some(LogFormatArg::Json) => config::LogFormat::Json,
+        None if matches!(cli.command, Command::Serve { .. }) => {
+            config::discover(cli.config.as_deref())
+                .ok()
+                .and_then(|path| config::load(&path).ok())
+                .map(|config| config.gateway.log_format)
+                .unwrap_or_default()
+        }
+        None => config::LogFormat::Text,
+    }
+}
+
+async fn run(cli: Cli, log_format: config::LogFormat) -> Result<(), Failure> {
     let config_path = cli.config.as_deref();
     match cli.command {
-        Command::Serve { stdio, listen } => command::serve(config_path, stdio, listen).await,
+        Command::Serve { stdio, listen } => {
+            let options = command::ServeOptions {
+                stdio,
+                listen,
+                json_log: matches!(log_format, config::LogFormat::Json),
+            };
+            command::serve(config_path, options).await
+        }
         command @ (Command::Search { .. } | Command::Tools { .. } | Command::Servers { .. }) => {
             inspect(config_path, command).await
         }
@@ -511,7 +554,7 @@ fn one_shot_filter() -> String {
 /// rmcp's OAuth module, which logs the authorisation code (and more) at `debug`.
 const RMCP_AUTH_TARGET: &str = "rmcp::transport::auth";
 
-fn init_logging(filter: Option<&str>, default_level: &str) {
+fn init_logging(filter: Option<&str>, default_level: &str, format: config::LogFormat) {
     use tracing_subscriber::{
         EnvFilter, Layer, filter::LevelFilter, filter::Targets, layer::SubscriberExt,
         util::SubscriberInitExt,
@@ -533,15 +576,29 @@ fn init_logging(filter: Option<&str>, default_level: &str) {
             .with_default(LevelFilter::TRACE)
             .with_target(RMCP_AUTH_TARGET, LevelFilter::INFO)
     };
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        // Colour only on a terminal: log files and pipes get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .with_filter(cap);
+    let json = matches!(format, config::LogFormat::Json);
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            // Colour only on a terminal: log files and pipes get plain text.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_target(false)
+            .with_filter(cap.clone())
+    });
+    // `{"timestamp", "level", "fields": {"message", ...}, "target", "span": {...}}`: the
+    // current span's fields, not the whole list, which repeats itself line after line.
+    let json = json.then(|| {
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_filter(cap)
+    });
     tracing_subscriber::registry()
         .with(env_filter)
-        .with(layer)
+        .with(text)
+        .with(json)
         .init();
 }
 

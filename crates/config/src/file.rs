@@ -7,7 +7,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use crate::{ClientAuth, Exposure, Prefix, Strategy};
+use crate::{ClientAuth, Exposure, LogFormat, Prefix, Strategy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +56,7 @@ pub(crate) struct GatewayFile {
     pub allowed_origins: Option<Vec<String>>,
     pub default_profile: Option<String>,
     pub jwt: Option<crate::policy::JwtFile>,
+    pub log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -283,7 +284,7 @@ mod tests {
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n",
             expect![[r#"
                 invalid configuration (1 problem):
-                  3:1: gateway.port: unknown key (hint: the keys here are `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`)"#]],
+                  3:1: gateway.port: unknown key (hint: the keys here are `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`, `log_format`)"#]],
         );
     }
 

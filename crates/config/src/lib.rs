@@ -112,6 +112,8 @@ pub struct GatewayConfig {
     /// Browser origins, besides the listener's own, whose requests are accepted: a request
     /// with any other `Origin` is refused.
     pub allowed_origins: Vec<AllowedOrigin>,
+    /// How `mcpgw serve` writes its log lines (`--log-format` overrides it).
+    pub log_format: LogFormat,
 }
 
 impl Default for GatewayConfig {
@@ -126,6 +128,7 @@ impl Default for GatewayConfig {
             allow_unauthenticated_loopback: true,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
+            log_format: LogFormat::default(),
             jwt: None,
         }
     }
@@ -177,6 +180,7 @@ display_as_written! {
     ClientAuth { Auto => "auto", ApiKey => "api_key" }
     Exposure { Search => "search", Passthrough => "passthrough", Auto => "auto" }
     Prefix { Always => "always", WhenNeeded => "when-needed" }
+    LogFormat { Text => "text", Json => "json" }
     Strategy { Bm25 => "bm25", Vector => "vector", Hybrid => "hybrid" }
 }
 
@@ -197,6 +201,18 @@ pub enum Prefix {
     /// A name no other server uses keeps its upstream form; with a single server, resource
     /// URIs pass through unchanged too. Fronts one server transparently.
     WhenNeeded,
+}
+
+/// `[gateway] log_format`: how log lines are written on stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line of text per event, for people.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, target, message, fields, the current span's
+    /// fields), for log collectors.
+    Json,
 }
 
 /// `[retrieval]`: how `search_tools` ranks.
@@ -353,10 +369,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         path: path.to_owned(),
         source,
     })?;
-    if is_json(path, &text) {
-        import::config_from_json(&text, path)
+    parse(&text, path)
+}
+
+/// [`load`] of text already read from `path` (a reload reads the file itself, to know what it
+/// applied): mcpgw.toml, or `mcpServers` JSON by the same rule.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    if is_json(path, text) {
+        import::config_from_json(text, path)
     } else {
-        parse_toml(&text, path)
+        parse_toml(text, path)
     }
 }
 

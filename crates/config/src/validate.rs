@@ -454,6 +454,7 @@ impl Validator {
             listen,
             exposure: file.exposure.unwrap_or(default.exposure),
             prefix: file.prefix.unwrap_or(default.prefix),
+            log_format: file.log_format.unwrap_or(default.log_format),
             token_budget: match file.token_budget {
                 None => default.token_budget,
                 Some(n @ 0..=10_000_000) => n as usize,
@@ -1565,6 +1566,23 @@ strategy = "bm25"
             assert!(bad.contains(path), "{path}: {bad}");
         }
         assert!(!bad.contains("allowed_hosts[0]"), "{bad}");
+    }
+
+    #[test]
+    fn log_format_defaults_to_text_and_suggests_a_near_miss() {
+        let parse = |text: &str| {
+            parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml"))
+                .map(|c| c.gateway.log_format)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(""), Ok(crate::LogFormat::Text));
+        assert_eq!(
+            parse("[gateway]\nlog_format = \"json\"\n"),
+            Ok(crate::LogFormat::Json)
+        );
+        let bad = parse("[gateway]\nlog_format = \"jsno\"\n").expect_err("unknown format");
+        assert!(bad.contains("2:14: gateway.log_format"), "{bad}");
+        assert!(bad.contains("did you mean `json`"), "{bad}");
     }
 
     #[test]

@@ -211,8 +211,8 @@ pub(crate) async fn prune_periodically(gateway: Weak<Gateway>) {
 
 async fn prune_on(gateway: Weak<Gateway>, schedule: PruneSchedule) {
     let retention = match gateway.upgrade() {
-        Some(gateway) if gateway.store.is_some() && gateway.config.audit.prunes() => {
-            gateway.config.audit
+        Some(gateway) if gateway.store.is_some() && gateway.config().audit.prunes() => {
+            gateway.config().audit
         }
         _ => return,
     };

@@ -3,7 +3,9 @@
 //! [`Gateway`] owns the [`upstream::Upstreams`] and the current [`catalog::Catalog`] snapshot.
 //! The snapshot is rebuilt (never mutated) whenever a server's tool list changes, and swapped in
 //! atomically, so a search or call always sees one consistent catalog. Every upstream's resources,
-//! templates and prompts are kept the same way, in a [`surface`] snapshot rebuilt with it.
+//! templates and prompts are kept the same way, in a [`surface`] snapshot rebuilt with it. The
+//! configuration is a snapshot too ([`Gateway::config`]), replaced as a whole by a reload
+//! ([`Gateway::apply`], module `reload`), so a request reads one configuration throughout.
 //!
 //! Architecture invariants:
 //! - The front end never blocks on a slow upstream except for a call to that upstream, bounded
@@ -25,6 +27,7 @@ pub mod overview;
 mod policy;
 mod principal;
 pub mod records;
+mod reload;
 mod search;
 mod semantic;
 mod sync;
@@ -55,6 +58,7 @@ pub use policy::access::{self, Access};
 pub use policy::{ApproveError, DecisionError, HeldTool, held_json, may_decide};
 use policy::{approval, limits, pinning};
 pub use principal::Principal;
+pub use reload::{RESTART_ONLY, ReloadError, ReloadReport, ReloadStatus};
 pub use search::{Found, FoundTool, Search};
 pub use semantic::Semantic;
 
@@ -70,7 +74,10 @@ const QUERY_EMBED_TIMEOUT: Duration = Duration::from_secs(10);
 const FIRST_SEARCH_WAIT: Duration = Duration::from_secs(10);
 
 pub struct Gateway {
-    config: config::Config,
+    /// The running configuration; replaced as a whole by a reload ([`Gateway::apply`]).
+    config: RwLock<Arc<config::Config>>,
+    /// Reloads: one at a time, and how the last one went (`/healthz`).
+    reloads: reload::Reloads,
     /// The database: the embedding cache and the OAuth tokens of upstreams.
     store: Option<store::Store>,
     /// The global network policy (`[network] allow`), built once: each upstream connects under
@@ -135,7 +142,8 @@ impl Gateway {
         let (listeners, announcements) = changes::Listeners::new();
         let audit_log = audit::AuditLog::new(store.clone());
         let gateway = Arc::new(Self {
-            config,
+            config: RwLock::new(Arc::new(config)),
+            reloads: reload::Reloads::default(),
             store,
             network,
             upstreams,
@@ -205,7 +213,7 @@ impl Gateway {
         tokio::spawn(audit::prune_periodically(Arc::downgrade(self)));
         let semantic = async {
             let semantic =
-                Semantic::load(&self.config.retrieval, &self.network, self.store.clone())
+                Semantic::load(&self.config().retrieval, &self.network, self.store.clone())
                     .await
                     .map(Arc::new);
             let loaded = semantic.is_some();
@@ -216,17 +224,25 @@ impl Gateway {
             }
         };
         let on_settled = &on_settled;
-        let connect_all =
-            futures::future::join_all(self.upstreams.servers().iter().map(|server| async move {
-                // A failure is recorded in the server's state, never returned, so one dead
-                // server cannot fail the others.
-                let ready = server.refresh_tools().await.is_ok();
-                if incremental && ready {
-                    self.publish_lexical().await;
-                }
-                server.mark_started();
-                on_settled(server);
-            }));
+        let servers = self.upstreams.servers();
+        let connect_all = futures::future::join_all(servers.iter().map(|server| {
+            // What is logged while a server connects carries its name (the JSON log's
+            // `span`).
+            let span = tracing::info_span!("server", server = %server.name());
+            tracing::Instrument::instrument(
+                async move {
+                    // A failure is recorded in the server's state, never returned, so one
+                    // dead server cannot fail the others.
+                    let ready = server.refresh_tools().await.is_ok();
+                    if incremental && ready {
+                        self.publish_lexical().await;
+                    }
+                    server.mark_started();
+                    on_settled(server);
+                },
+                span,
+            )
+        }));
         tokio::join!(semantic, connect_all);
         // Incrementally, each ready server and the loaded embedder have published already.
         if !incremental {
@@ -292,7 +308,8 @@ impl Gateway {
     /// [`Gateway::search`] without the metrics (the admin API's searches are not a client's).
     pub(crate) async fn run_search(&self, search: &Search) -> Found {
         let mut catalog = self.catalog();
-        let retrieval = &self.config.retrieval;
+        let config = self.config();
+        let retrieval = &config.retrieval;
         let strategy = search.strategy.unwrap_or(match retrieval.strategy {
             config::Strategy::Bm25 => catalog::Strategy::Bm25,
             config::Strategy::Vector => catalog::Strategy::Vector,
@@ -407,8 +424,12 @@ impl Gateway {
         }
     }
 
-    pub fn config(&self) -> &config::Config {
-        &self.config
+    /// The running configuration (a snapshot: a reload publishes a new one).
+    pub fn config(&self) -> Arc<config::Config> {
+        self.config
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     pub fn upstreams(&self) -> &Upstreams {
@@ -444,7 +465,7 @@ impl Gateway {
 
     /// `[gateway] prefix` as the catalog's naming knows it.
     fn naming_prefix(&self) -> catalog::naming::Prefix {
-        match self.config.gateway.prefix {
+        match self.config().gateway.prefix {
             config::Prefix::Always => catalog::naming::Prefix::Always,
             config::Prefix::WhenNeeded => catalog::naming::Prefix::WhenNeeded,
         }
@@ -635,7 +656,7 @@ async fn retry_failed(gateway: std::sync::Weak<Gateway>) {
             return;
         };
         let now = Instant::now();
-        for server in gateway.upstreams.servers() {
+        for server in gateway.upstreams.servers().iter() {
             let failed = matches!(
                 server.status().state,
                 upstream::ServerState::Failed { .. } | upstream::ServerState::Unresponsive { .. }
@@ -679,7 +700,7 @@ async fn supervise(gateway: std::sync::Weak<Gateway>) {
         let Some(gateway) = gateway.upgrade() else {
             return;
         };
-        for server in gateway.upstreams.servers() {
+        for server in gateway.upstreams.servers().iter() {
             server.supervise();
         }
     }
@@ -800,7 +821,7 @@ async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
             return;
         };
         let now = Instant::now();
-        for server in gateway.upstreams.servers() {
+        for server in gateway.upstreams.servers().iter() {
             let Some(every) = server.config().refresh else {
                 continue;
             };

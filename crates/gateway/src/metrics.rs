@@ -331,6 +331,10 @@ impl Metrics {
     /// The text a scrape gets, with the state series set from `now`.
     pub fn render(&self, now: &Snapshot) -> String {
         let _one = lock(&self.scraping);
+        // Only the servers configured now: a reload may have removed some (under the scrape
+        // lock, so no scrape sees the series half set).
+        self.state.upstream_up.clear();
+        self.state.upstream_state.clear();
         for (server, state) in &now.upstreams {
             let up = i64::from(*state == "ready");
             self.state
@@ -428,5 +432,19 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
+        // A server a reload removed leaves the state series.
+        now.upstreams = vec![("clock".into(), "ready")];
+        let text = metrics.render(&now);
+        assert!(
+            text.contains("mcpgw_upstream_up{server=\"clock\"} 1"),
+            "{text}"
+        );
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("mcpgw_upstream_up{server=\"time\"")
+                    || l.starts_with("mcpgw_upstream_state{server=\"time\"")),
+            "{text}"
+        );
     }
 }

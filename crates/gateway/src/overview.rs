@@ -380,7 +380,7 @@ pub async fn tools(gateway: &Gateway, query: &ToolsQuery) -> ToolsView {
     let profile = query
         .profile
         .as_deref()
-        .and_then(|name| gateway.config().policy.profile(name));
+        .and_then(|name| gateway.config().policy.profile(name).cloned());
     let access = match profile {
         Some(profile) => Access::for_profile(gateway, profile),
         None => gateway.access(Principal::Local),
@@ -467,7 +467,7 @@ fn held_row(tool: &crate::HeldTool) -> ToolRow {
 
 fn listing(gateway: &Gateway, access: &Access<'_>) -> Listing {
     Listing {
-        profile: access.profile.map(|p| p.name.clone()),
+        profile: access.profile.as_ref().map(|p| p.name.clone()),
         configured_exposure: access.configured_exposure().to_string(),
         exposure: access.exposure().to_string(),
         passthrough_tokens: access.passthrough_tokens(),

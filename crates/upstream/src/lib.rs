@@ -1,6 +1,7 @@
 //! MCP client connections to upstream servers: stdio children, Streamable HTTP, legacy HTTP+SSE.
 //!
-//! Entry point: [`Upstreams`], built from the enabled servers of a [`config::Config`]. Each
+//! Entry point: [`Upstreams`], built from the enabled servers of a [`config::Config`], and
+//! rebuilt from a reloaded one by [`Upstreams::replace`] (unchanged servers kept). Each
 //! [`Server`] owns at most one live [`rmcp`] client session, (re)connects it on demand, remembers
 //! the protocol era it negotiated, and keeps its last good tool list, and resource, template and
 //! prompt lists ([`Lists`]); `resources/read`, `prompts/get` and `completion/complete` go to it
@@ -46,7 +47,7 @@ pub mod transport;
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant},
 };
 
@@ -67,15 +68,40 @@ pub const PRINCIPAL_IDLE: Duration = Duration::from_secs(10 * 60);
 pub type OAuthStores = Arc<dyn Fn(&PrincipalId) -> Arc<dyn OAuthStore> + Send + Sync>;
 
 /// Every enabled upstream server of one configuration, in configuration order, and the
-/// per-principal servers of those configured for OAuth.
+/// per-principal servers of those configured for OAuth. The set is replaced as a whole when the
+/// configuration is reloaded ([`Upstreams::replace`]); readers take a snapshot of it.
 pub struct Upstreams {
-    servers: Vec<Arc<Server>>,
-    /// For each server configured for OAuth, by name: its servers for principals other than
-    /// `local`, by principal id.
-    principals: HashMap<ServerName, Mutex<HashMap<PrincipalId, Arc<Server>>>>,
+    set: RwLock<Arc<ServerSet>>,
     oauth: Option<OAuthStores>,
     events: Events,
     max_response_bytes: usize,
+}
+
+/// One generation of the server set.
+#[derive(Default)]
+struct ServerSet {
+    servers: Arc<[Arc<Server>]>,
+    /// For each server configured for OAuth, by name: its servers for principals other than
+    /// `local`, by principal id. Shared with the next set while the server is unchanged.
+    principals: HashMap<ServerName, Arc<Mutex<PrincipalServers>>>,
+}
+
+type PrincipalServers = HashMap<PrincipalId, Arc<Server>>;
+
+/// What [`Upstreams::replace`] did to the server set.
+#[derive(Default)]
+pub struct Replaced {
+    /// Servers now enabled that were not (new, or enabled), in configuration order.
+    pub added: Vec<Arc<Server>>,
+    /// Servers whose configuration changed: the new server of each, not connected yet.
+    pub changed: Vec<Arc<Server>>,
+    /// Servers whose configuration is the same: they keep their sessions.
+    pub unchanged: Vec<ServerName>,
+    /// Servers no longer enabled (removed, or disabled).
+    pub removed: Vec<ServerName>,
+    /// Every server taken out of the set (removed ones and the old form of changed ones, with
+    /// their per-principal servers): the caller drains them ([`Server::drain`]).
+    pub retired: Vec<Arc<Server>>,
 }
 
 /// Sent when one of a server's lists may have changed (it said `list_changed`, on a legacy
@@ -132,39 +158,99 @@ impl Upstreams {
         changes: mpsc::UnboundedSender<ToolsChanged>,
         oauth: Option<OAuthStores>,
     ) -> Self {
-        let max_response_bytes = config.policy.limits.response_bytes;
         let events = Events {
             changes,
             updates: broadcast::channel(UPDATES_BUFFER).0,
         };
-        let servers: Vec<Arc<Server>> = config
-            .servers
-            .iter()
-            .filter(|s| s.enabled)
-            .map(|s| {
-                let policy = Arc::new(network.for_server(s.name.as_str(), s.allow_private_network));
-                Arc::new(Server::new(
-                    s.clone(),
-                    &PrincipalId::local(),
-                    policy,
-                    events.clone(),
-                    oauth.as_ref().map(|stores| stores(&PrincipalId::local())),
-                    max_response_bytes,
-                ))
-            })
-            .collect();
-        let principals = servers
-            .iter()
-            .filter(|s| matches!(s.config().auth, config::Auth::OAuth(_)))
-            .map(|s| (s.name().clone(), Mutex::new(HashMap::new())))
-            .collect();
-        Self {
-            servers,
-            principals,
+        let upstreams = Self {
+            set: RwLock::default(),
             oauth,
             events,
-            max_response_bytes,
+            max_response_bytes: config.policy.limits.response_bytes,
+        };
+        upstreams.replace(config, network);
+        upstreams
+    }
+
+    /// Makes the server set `config`'s enabled servers, in its order: a server whose
+    /// configuration is the same keeps its [`Server`] (its session, child process, tool list
+    /// and per-principal servers); a new or changed one gets a new, unconnected [`Server`];
+    /// the ones left out are returned in [`Replaced::retired`] for the caller to drain. New
+    /// requests see the new set at once. `[limits] response_bytes` stays as it was when the
+    /// set was first made (it is not a setting a reload changes).
+    pub fn replace(&self, config: &config::Config, network: &netguard::Policy) -> Replaced {
+        let mut slot = self.set.write().unwrap_or_else(|p| p.into_inner());
+        let old = slot.clone();
+        let mut replaced = Replaced::default();
+        let mut servers = Vec::new();
+        let mut principals = HashMap::new();
+        for wanted in config.enabled_servers() {
+            let before = old.servers.iter().find(|s| *s.name() == wanted.name);
+            let server = match before {
+                Some(server) if server.config() == wanted => {
+                    replaced.unchanged.push(wanted.name.clone());
+                    server.clone()
+                }
+                _ => {
+                    let server = self.shared_server(wanted, network);
+                    match before {
+                        Some(_) => replaced.changed.push(server.clone()),
+                        None => replaced.added.push(server.clone()),
+                    }
+                    server
+                }
+            };
+            if matches!(server.config().auth, config::Auth::OAuth(_)) {
+                let kept = old
+                    .principals
+                    .get(server.name())
+                    .filter(|_| before.is_some_and(|b| Arc::ptr_eq(b, &server)));
+                principals.insert(server.name().clone(), kept.cloned().unwrap_or_default());
+            }
+            servers.push(server);
         }
+        for server in old.servers.iter() {
+            if servers.iter().any(|kept| Arc::ptr_eq(kept, server)) {
+                continue;
+            }
+            if !servers.iter().any(|s| s.name() == server.name()) {
+                replaced.removed.push(server.name().clone());
+            }
+            replaced.retired.push(server.clone());
+            if let Some(own) = old.principals.get(server.name()) {
+                replaced.retired.extend(lock(own).values().cloned());
+            }
+        }
+        *slot = Arc::new(ServerSet {
+            servers: servers.into(),
+            principals,
+        });
+        replaced
+    }
+
+    /// A new shared (local principal's) server for `config`.
+    fn shared_server(
+        &self,
+        config: &config::ServerConfig,
+        network: &netguard::Policy,
+    ) -> Arc<Server> {
+        let policy =
+            Arc::new(network.for_server(config.name.as_str(), config.allow_private_network));
+        Arc::new(Server::new(
+            config.clone(),
+            &PrincipalId::local(),
+            policy,
+            self.events.clone(),
+            self.oauth
+                .as_ref()
+                .map(|stores| stores(&PrincipalId::local())),
+            self.max_response_bytes,
+        ))
+    }
+
+    /// The current server set.
+    fn set(&self) -> Arc<ServerSet> {
+        self.set.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every server's `notifications/resources/updated`, from now on.
@@ -172,14 +258,19 @@ impl Upstreams {
         self.events.updates.subscribe()
     }
 
-    /// The shared server of each enabled server (for OAuth servers, the local principal's).
-    pub fn servers(&self) -> &[Arc<Server>] {
-        &self.servers
+    /// The shared server of each enabled server (for OAuth servers, the local principal's),
+    /// as the set is now.
+    pub fn servers(&self) -> Arc<[Arc<Server>]> {
+        self.set().servers.clone()
     }
 
     /// The shared server named `name` (for an OAuth server, the local principal's).
-    pub fn get(&self, name: &str) -> Option<&Arc<Server>> {
-        self.servers.iter().find(|s| s.name() == name)
+    pub fn get(&self, name: &str) -> Option<Arc<Server>> {
+        self.set()
+            .servers
+            .iter()
+            .find(|s| s.name() == name)
+            .cloned()
     }
 
     /// The server `name` as `principal` (an id: `local`, `client:NAME`, `user:SUB`) calls it:
@@ -192,10 +283,11 @@ impl Upstreams {
         name: &str,
         principal: &PrincipalId,
     ) -> Result<Option<Arc<Server>>, UpstreamError> {
-        let Some(shared) = self.get(name) else {
+        let set = self.set();
+        let Some(shared) = set.servers.iter().find(|s| s.name() == name) else {
             return Ok(None);
         };
-        let Some(own) = self.principals.get(name).filter(|_| !principal.is_local()) else {
+        let Some(own) = set.principals.get(name).filter(|_| !principal.is_local()) else {
             return Ok(Some(shared.clone()));
         };
         let mut own = lock(own);
@@ -237,7 +329,8 @@ impl Upstreams {
             shared.disconnect().await;
             return connected;
         }
-        let Some(own) = self.principals.get(name) else {
+        let set = self.set();
+        let Some(own) = set.principals.get(name) else {
             return false;
         };
         let removed = lock(own).remove(principal);
@@ -258,7 +351,7 @@ impl Upstreams {
         if let Some(tools) = shared.tools() {
             return Some(tools);
         }
-        lock(self.principals.get(name)?)
+        lock(self.set().principals.get(name)?)
             .values()
             .filter_map(|server| server.tools_fetched())
             .max_by_key(|(fetched, _)| *fetched)
@@ -272,7 +365,7 @@ impl Upstreams {
         if let Some(lists) = shared.lists() {
             return Some(lists);
         }
-        lock(self.principals.get(name)?)
+        lock(self.set().principals.get(name)?)
             .values()
             .filter_map(|server| server.lists_fetched())
             .max_by_key(|(fetched, _)| *fetched)
@@ -288,6 +381,7 @@ impl Upstreams {
 
     async fn close_idle_at(&self, now: Instant) -> usize {
         let candidates: Vec<Arc<Server>> = self
+            .set()
             .principals
             .values()
             .flat_map(|own| {
@@ -315,7 +409,7 @@ impl Upstreams {
     /// Marks every server that never connected `starting`, before [`Upstreams::connect_all`]
     /// runs in the background.
     pub fn mark_starting(&self) {
-        for server in &self.servers {
+        for server in self.servers().iter() {
             server.mark_starting();
         }
     }
@@ -326,7 +420,8 @@ impl Upstreams {
     /// `on_settled` is called as each server settles (for progress display).
     pub async fn connect_all(&self, on_settled: impl Fn(&Server) + Send + Sync) {
         let on_settled = &on_settled;
-        let tasks = self.servers.iter().map(|server| async move {
+        let servers = self.servers();
+        let tasks = servers.iter().map(|server| async move {
             // The error is already in the server's state.
             let _ = server.refresh_tools().await;
             on_settled(server);
@@ -337,8 +432,9 @@ impl Upstreams {
     /// Ends every session (per-principal ones too) and child process group. Safe to call more
     /// than once.
     pub async fn shutdown(&self) {
-        let mut all = self.servers.clone();
-        for own in self.principals.values() {
+        let set = self.set();
+        let mut all = set.servers.to_vec();
+        for own in set.principals.values() {
             all.extend(lock(own).values().cloned());
         }
         let tasks = all.iter().map(|s| s.disconnect());
@@ -476,7 +572,10 @@ mod tests {
         drop(held);
         let newcomer = server(&upstreams, "docs", "user:one-more");
         assert_eq!(newcomer.principal(), "user:one-more");
-        assert_eq!(lock(&upstreams.principals["docs"]).len(), MAX_PRINCIPALS);
+        assert_eq!(
+            lock(&upstreams.set().principals["docs"]).len(),
+            MAX_PRINCIPALS
+        );
     }
 
     #[test]
@@ -542,5 +641,72 @@ mod tests {
         // Nothing connected: nothing to close.
         assert_eq!(upstreams.close_idle_at(later).await, 0);
         upstreams.shutdown().await;
+    }
+
+    #[test]
+    fn replace_keeps_unchanged_servers_and_retires_the_rest() {
+        let (upstreams, _) = upstreams();
+        let plain = upstreams.get("plain").expect("plain");
+        let docs = upstreams.get("docs").expect("docs");
+        let alice = server(&upstreams, "docs", "client:alice");
+        let reloaded = config::parse_toml(
+            r#"
+            [[servers]]
+            name = "plain"
+            transport = { type = "http", url = "https://plain.example/mcp" }
+
+            [[servers]]
+            name = "docs"
+            auth = { type = "oauth" }
+            timeout_s = 5
+            transport = { type = "http", url = "https://docs.example/mcp" }
+
+            [[servers]]
+            name = "new"
+            transport = { type = "http", url = "https://new.example/mcp" }
+
+            [[servers]]
+            name = "off"
+            enabled = false
+            transport = { type = "http", url = "https://off.example/mcp" }
+            "#,
+            std::path::Path::new("t.toml"),
+        )
+        .expect("config");
+        let replaced = upstreams.replace(&reloaded, &reloaded.network.policy());
+
+        assert_eq!(replaced.unchanged, ["plain"]);
+        let names = |servers: &[Arc<Server>]| {
+            servers
+                .iter()
+                .map(|s| s.name().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&replaced.changed), ["docs"]);
+        assert_eq!(names(&replaced.added), ["new"]);
+        assert!(replaced.removed.is_empty());
+        assert_eq!(
+            names(&upstreams.servers()),
+            ["plain", "docs", "new"],
+            "file order"
+        );
+        assert!(Arc::ptr_eq(&upstreams.get("plain").expect("plain"), &plain));
+        let new_docs = upstreams.get("docs").expect("docs");
+        assert!(!Arc::ptr_eq(&new_docs, &docs));
+        assert_eq!(new_docs.timeout(), Duration::from_secs(5));
+        // The old docs and its principal's server are retired; the principal gets a new one.
+        assert_eq!(replaced.retired.len(), 2);
+        assert!(replaced.retired.iter().any(|s| Arc::ptr_eq(s, &docs)));
+        assert!(replaced.retired.iter().any(|s| Arc::ptr_eq(s, &alice)));
+        assert!(!Arc::ptr_eq(
+            &server(&upstreams, "docs", "client:alice"),
+            &alice
+        ));
+
+        let empty = config::parse_toml("", std::path::Path::new("t.toml")).expect("config");
+        let removed = upstreams.replace(&empty, &empty.network.policy());
+        assert_eq!(removed.removed, ["plain", "docs", "new"]);
+        assert!(upstreams.servers().is_empty());
+        assert!(upstreams.get("plain").is_none());
     }
 }

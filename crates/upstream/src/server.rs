@@ -1,7 +1,10 @@
 //! One upstream server: its session, health, negotiated era and last good tool list.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant, SystemTime},
 };
 
@@ -176,6 +179,9 @@ pub struct Server {
     /// The last stdio child started, kept after its session is gone so that errors can say how
     /// it ended and what it wrote to stderr.
     child: Mutex<Option<ChildWatch>>,
+    /// Set when a reloaded configuration no longer has this server (or changed it): it makes
+    /// no new session, so nothing restarts its child after [`Server::drain`] ended it.
+    retired: AtomicBool,
 }
 
 impl Server {
@@ -222,6 +228,7 @@ impl Server {
                 pinging: false,
             }),
             child: Mutex::new(None),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -262,7 +269,7 @@ impl Server {
 
     /// Marks a server that never connected as `starting` (the gateway's first connect is on
     /// its way).
-    pub(crate) fn mark_starting(&self) {
+    pub fn mark_starting(&self) {
         let mut status = lock(&self.status);
         if status.state == ServerState::Idle {
             status.state = ServerState::Starting;
@@ -396,6 +403,22 @@ impl Server {
         }
     }
 
+    /// Takes the server out of service, as a reloaded configuration that removed or changed
+    /// it asks: no new session is made from now on (a request needing one fails with
+    /// [`UpstreamError::Disabled`]), the requests running now get up to `grace` to finish,
+    /// then the session ends (and a stdio child's process group with it).
+    pub async fn drain(&self, grace: Duration) {
+        self.retired.store(true, Ordering::SeqCst);
+        // A connect under way finishes first; none starts after it.
+        drop(self.connect_lock.lock().await);
+        let deadline = Instant::now() + grace;
+        // A bounded poll: requests end on their own schedule and say nothing when they do.
+        while lock(&self.activity).busy > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.disconnect().await;
+    }
+
     /// Ends the session if no request has run for longer than `idle` at `now`; true when a
     /// session was closed. The check and the take happen under the activity lock, so a request
     /// starting meanwhile either keeps the session or connects a new one.
@@ -514,6 +537,32 @@ impl Server {
         if let Some(session) = self.current_open() {
             return Ok(session);
         }
+        if self.retired.load(Ordering::SeqCst) {
+            return Err(UpstreamError::Disabled {
+                server: self.name().to_owned(),
+            });
+        }
+        self.connect_locked().await
+    }
+
+    /// A new session's facts, in the server's status.
+    fn record_connected(&self, connected: &Connected, started: Instant) {
+        let mut status = lock(&self.status);
+        // A server starting with the gateway is `ready` once its tools are published
+        // (`Server::mark_started`), so `/healthz` never says ready before search can find it.
+        if status.state != ServerState::Starting {
+            status.state = ServerState::Ready;
+        }
+        status.era = Some(connected.era);
+        status.protocol_version = Some(connected.protocol_version.clone());
+        status.server_name = connected.server_name.clone();
+        status.server_version = connected.server_version.clone();
+        status.connect_ms = Some(started.elapsed().as_millis() as u64);
+        status.last_change = Some(SystemTime::now());
+    }
+
+    /// [`Server::session`]'s connect, under its `connect_lock`.
+    async fn connect_locked(&self) -> Result<Arc<Session>, UpstreamError> {
         // A dead session is replaced; the old one is closed so its child group is killed.
         let stale = lock(&self.live).take();
         if let Some(stale) = stale {
@@ -562,22 +611,8 @@ impl Server {
                 return Err(error);
             }
         };
+        self.record_connected(&connected, started);
         let session = Arc::new(connected.session);
-        {
-            let mut status = lock(&self.status);
-            // A server starting with the gateway is `ready` once its tools are published
-            // (`Server::mark_started`), so `/healthz` never says ready before search can
-            // find it.
-            if status.state != ServerState::Starting {
-                status.state = ServerState::Ready;
-            }
-            status.era = Some(connected.era);
-            status.protocol_version = Some(connected.protocol_version);
-            status.server_name = connected.server_name;
-            status.server_version = connected.server_version;
-            status.connect_ms = Some(started.elapsed().as_millis() as u64);
-            status.last_change = Some(SystemTime::now());
-        }
         tracing::info!(
             server = %self.name(),
             era = %connected.era,

@@ -70,7 +70,7 @@ async fn tools(
     if let Err(refused) = admin_only(&gateway, caller) {
         return refused;
     }
-    match tools_query(raw.as_deref(), gateway.config()) {
+    match tools_query(raw.as_deref(), &gateway.config()) {
         Ok(query) => Json(overview::tools(&gateway, &query).await).into_response(),
         Err(bad) => bad_request(&bad),
     }
@@ -84,7 +84,7 @@ async fn search(
     if let Err(refused) = admin_only(&gateway, caller) {
         return refused;
     }
-    match search_query(raw.as_deref(), gateway.config()) {
+    match search_query(raw.as_deref(), &gateway.config()) {
         Ok(query) => Json(overview::search(&gateway, &query).await).into_response(),
         Err(bad) => bad_request(&bad),
     }

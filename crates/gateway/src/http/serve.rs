@@ -242,7 +242,7 @@ fn app(
     shutdown: &CancellationToken,
     drain: Drain,
 ) -> Router {
-    let logins = Arc::new(Logins::for_listener(local, gateway.config()));
+    let logins = Arc::new(Logins::for_listener(local, &gateway.config()));
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
     let (service, owners, direct) = mcp_service(&gateway, &logins, shutdown);
@@ -429,5 +429,6 @@ fn health(gateway: &Gateway) -> serde_json::Value {
         "tools": gateway.catalog().tools().len(),
         "servers": servers,
         "audit": gateway.audit_health(),
+        "reload": gateway.reload_status(),
     })
 }

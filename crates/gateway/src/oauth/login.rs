@@ -297,7 +297,8 @@ impl Logins {
             .site
             .as_ref()
             .map_err(|why| LoginError::Unavailable(*why))?;
-        let (url, oauth) = oauth_server(gateway.config(), server).map_err(LoginError::NotOAuth)?;
+        let config = gateway.config();
+        let (url, oauth) = oauth_server(&config, server).map_err(LoginError::NotOAuth)?;
         let start_error = |reason: String| LoginError::Start {
             server: server.into(),
             reason,
@@ -516,7 +517,7 @@ impl Logins {
         let oauth: Arc<dyn upstream::oauth::OAuthStore> =
             Arc::new(StoreOAuth::new(store, ids::PrincipalId::new(id.as_str())));
         let mut rows = Vec::new();
-        for server in oauth_servers(gateway.config()) {
+        for server in oauth_servers(&gateway.config()) {
             let name = server.name.as_str();
             let mut row = match ServerCredentials::new(oauth.clone(), name).status().await {
                 Ok(status) => super::status_json(name, &status),
@@ -1022,7 +1023,7 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let logins = Logins::for_listener(claimed.unwrap_or(addr), gateway.config());
+        let logins = Logins::for_listener(claimed.unwrap_or(addr), &gateway.config());
         let app = routes(gateway, Arc::new(logins));
         tokio::spawn(async move { axum::serve(listener, app).await });
         addr

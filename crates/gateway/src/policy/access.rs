@@ -24,7 +24,9 @@ use crate::{Gateway, principal::Principal};
 /// A principal and the profile it runs under.
 pub struct Access<'a> {
     pub principal: Principal,
-    pub profile: Option<&'a config::Profile>,
+    /// The caller's profile as the running configuration had it when this was made (a
+    /// copy: a reload may replace the configuration while a request runs).
+    pub profile: Option<config::Profile>,
     gateway: &'a Gateway,
 }
 
@@ -60,7 +62,7 @@ pub fn permits(profile: &config::Profile, entry: &ToolEntry) -> bool {
 
 impl<'a> Access<'a> {
     pub fn new(gateway: &'a Gateway, principal: Principal) -> Access<'a> {
-        let profile = principal.profile(&gateway.config().policy);
+        let profile = principal.profile(&gateway.config().policy).cloned();
         Access {
             principal,
             profile,
@@ -69,7 +71,7 @@ impl<'a> Access<'a> {
     }
 
     /// The view of a profile on its own (`mcpgw tools --profile`), as the local user.
-    pub fn for_profile(gateway: &'a Gateway, profile: &'a config::Profile) -> Access<'a> {
+    pub fn for_profile(gateway: &'a Gateway, profile: config::Profile) -> Access<'a> {
         Access {
             principal: Principal::Local,
             profile: Some(profile),
@@ -79,12 +81,14 @@ impl<'a> Access<'a> {
 
     /// Whether the caller may see and call `entry`.
     pub fn permits(&self, entry: &ToolEntry) -> bool {
-        self.profile.is_none_or(|profile| permits(profile, entry))
+        self.profile
+            .as_ref()
+            .is_none_or(|profile| permits(profile, entry))
     }
 
     /// Whether the caller may see `server` at all (its name in the server list).
     pub fn permits_server(&self, server: &str) -> bool {
-        self.profile.is_none_or(|profile| {
+        self.profile.as_ref().is_none_or(|profile| {
             profile.servers.is_empty() || profile.servers.iter().any(|p| p.matches(server))
         })
     }
@@ -92,6 +96,7 @@ impl<'a> Access<'a> {
     /// The exposure mode configured for this caller: its profile's, else `[gateway] exposure`.
     pub fn configured_exposure(&self) -> config::Exposure {
         self.profile
+            .as_ref()
             .and_then(|p| p.exposure)
             .unwrap_or(self.gateway.config().gateway.exposure)
     }
@@ -124,10 +129,12 @@ impl<'a> Access<'a> {
     /// `[gateway] pinned`, else, under `auto`, the most used tools; only existing tools the
     /// caller may use, in that order.
     pub fn pinned(&self) -> Vec<String> {
+        let config = self.gateway.config();
         let configured = self
             .profile
+            .as_ref()
             .and_then(|p| p.pinned.as_ref())
-            .unwrap_or(&self.gateway.config().gateway.pinned);
+            .unwrap_or(&config.gateway.pinned);
         let catalog = self.gateway.catalog();
         let usable = |name: &String| self.get(&catalog, name).is_some();
         if !configured.is_empty() {
@@ -154,7 +161,7 @@ impl<'a> Access<'a> {
     /// [`Access::allowed_tools`] and what listing them costs, built once per catalog
     /// generation and profile.
     fn allowed(&self) -> Option<(Arc<HashSet<String>>, usize)> {
-        let profile = self.profile?;
+        let profile = self.profile.as_ref()?;
         let (generation, catalog) = self.gateway.snapshot();
         let mut sets = self
             .gateway
@@ -236,6 +243,7 @@ impl<'a> Access<'a> {
             tool.qualified == name
                 && self
                     .profile
+                    .as_ref()
                     .is_none_or(|p| p.permits(&tool.server, &tool.qualified, None, None))
         }) {
             return tool.explanation();

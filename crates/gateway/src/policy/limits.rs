@@ -122,7 +122,8 @@ impl Gateway {
     /// `calls_per_minute`, else `[limits] calls_per_minute`. `Err` holds how long until a call
     /// would be allowed; without a limit every call is `Ok`.
     pub fn check_rate(&self, principal: &Principal) -> Result<(), Duration> {
-        let policy = &self.config.policy;
+        let config = self.config();
+        let policy = &config.policy;
         let per_minute = principal
             .profile(policy)
             .and_then(|profile| profile.calls_per_minute)

@@ -404,7 +404,7 @@ impl resolve::Rules for CallerRules<'_> {
     fn held(&self, name: &str) -> Option<ServerName> {
         // A held tool's annotations are not trusted yet: a profile that needs a hint to admit
         // it does not see it.
-        let profile = self.access.profile;
+        let profile = self.access.profile.as_ref();
         self.gateway
             .held_tools()
             .iter()
@@ -419,7 +419,7 @@ impl resolve::Rules for CallerRules<'_> {
         self.gateway
             .upstreams()
             .get(server)
-            .is_some_and(|server| sign_in::is_oauth(server))
+            .is_some_and(|server| sign_in::is_oauth(&server))
     }
 }
 

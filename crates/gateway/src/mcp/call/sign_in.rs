@@ -247,7 +247,7 @@ impl Pipeline<'_> {
         principal: &Principal,
     ) -> CallToolResult {
         let name = server.name();
-        let Some(link) = self.logins.start_link(self.gateway.config(), name) else {
+        let Some(link) = self.logins.start_link(&self.gateway.config(), name) else {
             return result::upstream_failure(error);
         };
         if *principal == Principal::Local {
