@@ -29,6 +29,7 @@
 //! (qualified name, resolved schema) are for clients and models only.
 
 pub mod arguments;
+pub mod caution;
 pub mod cost;
 pub mod embedding;
 pub mod entry;
@@ -56,6 +57,7 @@ pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
     Explanation, Filter, Scoring, SearchHit, SearchOutcome, SearchRequest, Sources, Strategy,
+    split_request,
 };
 
 use naming::Namer;
@@ -155,6 +157,27 @@ fn fuse_capabilities<'k>(
         .into_iter()
         .map(|(doc, best, _)| Hit { doc, score: best })
         .collect()
+}
+
+/// Merges the rankings of one request (`rankings[0]`) and of its needs (`rankings[1..]`):
+/// EXPERIMENT, variants chosen by MCPGW_NEEDS_MERGE while measuring.
+fn fuse_needs<'k>(rankings: &[Vec<Hit>], depth: usize, key: &dyn Fn(DocId) -> &'k str) -> Vec<Hit> {
+    static VARIANT: OnceLock<String> = OnceLock::new();
+    let variant = VARIANT.get_or_init(|| std::env::var("MCPGW_NEEDS_MERGE").unwrap_or_default());
+    match variant.as_str() {
+        "needs" => fuse_capabilities(&rankings[1..], depth, key),
+        "whole" => rankings[0].clone(),
+        v if v.starts_with("rrf") => {
+            let w: f32 = v[3..].parse().unwrap_or(1.0);
+            let lists: Vec<(&[Hit], f32)> = rankings
+                .iter()
+                .enumerate()
+                .map(|(at, r)| (r.as_slice(), if at == 0 { w } else { 1.0 }))
+                .collect();
+            retrieval::fuse(&lists, key)
+        }
+        _ => fuse_capabilities(rankings, depth, key),
+    }
 }
 
 /// Whether `text` has Han, Hiragana, Katakana or Hangul characters.
@@ -437,6 +460,8 @@ impl Catalog {
             multilingual_vectors: false,
             top_k,
             filter,
+            needs: false,
+            caution: false,
         })
         .hits
     }
@@ -461,19 +486,35 @@ impl Catalog {
         let key = |doc: DocId| self.tool(doc).map_or("", |tool| tool.qualified.as_str());
         // One query's ranking feeds the answer (top_k) or the capability fusion (its depth);
         // the inputs of each hybrid fusion stay full depth, only the fused tail is skipped.
+        let caution = request.caution
+            && !request
+                .queries
+                .iter()
+                .any(|query| caution::asks_for_change(query));
+        let top_k = request.top_k + if caution { caution::DEMOTION } else { 0 };
         let depth = if request.queries.len() == 1 {
-            request.top_k
+            top_k
         } else {
-            request.top_k.max(MULTI_QUERY_DEPTH)
+            top_k.max(MULTI_QUERY_DEPTH)
         };
         let mut rankings: Vec<Vec<Hit>> = (0..request.queries.len())
             .map(|at| self.rank_query(request, strategy, at, depth, &keep, &key).0)
             .collect();
-        let ranked = if rankings.len() == 1 {
+        let mut ranked = if rankings.len() == 1 {
             rankings.pop().unwrap_or_default()
+        } else if request.needs {
+            fuse_needs(&rankings, top_k.max(MULTI_QUERY_DEPTH), &key)
         } else {
-            fuse_capabilities(&rankings, request.top_k.max(MULTI_QUERY_DEPTH), &key)
+            fuse_capabilities(&rankings, top_k.max(MULTI_QUERY_DEPTH), &key)
         };
+        if caution {
+            ranked.truncate(top_k);
+            ranked = caution::demote(
+                ranked,
+                |hit| hit.doc,
+                |doc| self.tool(doc).is_some_and(caution::is_risky),
+            );
+        }
         let hits = ranked
             .into_iter()
             .filter_map(|hit| {
@@ -607,11 +648,16 @@ impl Catalog {
         let problem = match (&self.vectors, request.query_vectors) {
             (None, _) => Some("no tool vectors".to_string()),
             (Some(_), None) => Some("no query vectors".to_string()),
-            (Some(_), Some(vectors)) if vectors.len() != request.queries.len() => Some(format!(
+            (Some(_), Some(vectors))
+                if vectors.len() != request.queries.len()
+                    && !(request.needs && vectors.len() == 1) =>
+            {
+                Some(format!(
                 "{} query vectors for {} queries",
-                vectors.len(),
-                request.queries.len()
-            )),
+                    vectors.len(),
+                    request.queries.len()
+                ))
+            }
             (Some(tools), Some(vectors)) => vectors
                 .iter()
                 .find(|vector| vector.len() != tools.index.dim())
@@ -1116,6 +1162,8 @@ mod tests {
             multilingual_vectors: false,
             top_k: 5,
             filter,
+            needs: false,
+            caution: false,
         }
     }
 

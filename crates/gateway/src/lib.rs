@@ -330,6 +330,8 @@ impl Gateway {
             multilingual_vectors: self.semantic().is_some_and(|s| s.multilingual()),
             top_k: search.top_k,
             filter: &search.filter,
+            needs: false,
+            caution: false,
         };
         let outcome = catalog.search_with(&request);
         let explanation = search
