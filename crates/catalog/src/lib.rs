@@ -36,6 +36,7 @@ pub mod entry;
 pub mod naming;
 pub mod schema;
 pub mod search;
+pub mod signature;
 pub mod suggestion;
 pub mod uri;
 
@@ -157,27 +158,6 @@ fn fuse_capabilities<'k>(
         .into_iter()
         .map(|(doc, best, _)| Hit { doc, score: best })
         .collect()
-}
-
-/// Merges the rankings of one request (`rankings[0]`) and of its needs (`rankings[1..]`):
-/// EXPERIMENT, variants chosen by MCPGW_NEEDS_MERGE while measuring.
-fn fuse_needs<'k>(rankings: &[Vec<Hit>], depth: usize, key: &dyn Fn(DocId) -> &'k str) -> Vec<Hit> {
-    static VARIANT: OnceLock<String> = OnceLock::new();
-    let variant = VARIANT.get_or_init(|| std::env::var("MCPGW_NEEDS_MERGE").unwrap_or_default());
-    match variant.as_str() {
-        "needs" => fuse_capabilities(&rankings[1..], depth, key),
-        "whole" => rankings[0].clone(),
-        v if v.starts_with("rrf") => {
-            let w: f32 = v[3..].parse().unwrap_or(1.0);
-            let lists: Vec<(&[Hit], f32)> = rankings
-                .iter()
-                .enumerate()
-                .map(|(at, r)| (r.as_slice(), if at == 0 { w } else { 1.0 }))
-                .collect();
-            retrieval::fuse(&lists, key)
-        }
-        _ => fuse_capabilities(rankings, depth, key),
-    }
 }
 
 /// Whether `text` has Han, Hiragana, Katakana or Hangul characters.
@@ -502,9 +482,10 @@ impl Catalog {
             .collect();
         let mut ranked = if rankings.len() == 1 {
             rankings.pop().unwrap_or_default()
-        } else if request.needs {
-            fuse_needs(&rankings, top_k.max(MULTI_QUERY_DEPTH), &key)
         } else {
+            // A request split into its needs ranks like the caller's own `queries`: the best
+            // of every need first (`mcpgw eval --split-needs`; off in the gateway, since it
+            // lost on three of the four sets: docs/retrieval.md).
             fuse_capabilities(&rankings, top_k.max(MULTI_QUERY_DEPTH), &key)
         };
         if caution {

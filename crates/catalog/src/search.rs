@@ -83,10 +83,10 @@ pub struct SearchRequest<'a> {
     pub multilingual_vectors: bool,
     pub top_k: usize,
     pub filter: &'a Filter,
-    /// `queries[1..]` are the needs [`split_request`] found in `queries[0]`, not capabilities
-    /// the caller named: every need's best tools come first, then the whole request's. The
-    /// vectors may then be one per query or one for the whole request only (its needs are
-    /// ranked by BM25 alone).
+    /// `queries[1..]` are the needs [`split_request`] found in `queries[0]`: all are ranked
+    /// and fused like several queries (best reciprocal rank first). The vectors may then be
+    /// one per query or one for the whole request only (its needs are then ranked by BM25
+    /// alone, which saves embedding them).
     pub needs: bool,
     /// Read before write: unless the request asks to change something, tools that may
     /// delete, reset or overwrite move [`crate::caution::DEMOTION`] places down.

@@ -93,9 +93,10 @@ pub(crate) struct Args {
     /// its needs are ranked by BM25).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
     needs_vectors: bool,
-    /// Read before write: unless a query asks to change something, tools that may delete,
-    /// reset or overwrite move two places down (`true` or `false`).
-    #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
+    /// Read before write, as the gateway does: unless a query asks to change something, tools
+    /// that may delete, reset or overwrite move two places down; `--caution false` to measure
+    /// without.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
     caution: bool,
 }
 

@@ -131,7 +131,7 @@ fn search(
         top_k: 10,
         filter: &filter,
         needs: false,
-        caution: false,
+        caution: true,
     });
     assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);
     outcome.hits.len()

@@ -42,7 +42,7 @@ pub struct Options {
     /// With `split_needs`: embed the needs too (otherwise only the whole query is embedded
     /// and its needs are ranked by BM25 alone).
     pub needs_vectors: bool,
-    /// Read before write ([`SearchRequest::caution`]).
+    /// Read before write ([`SearchRequest::caution`]), on as in the gateway.
     pub caution: bool,
 }
 
@@ -58,7 +58,7 @@ impl Default for Options {
             latency_sample: 32,
             split_needs: false,
             needs_vectors: true,
-            caution: false,
+            caution: true,
         }
     }
 }

@@ -331,7 +331,9 @@ impl Gateway {
             top_k: search.top_k,
             filter: &search.filter,
             needs: false,
-            caution: false,
+            // Read before write (catalog::caution): no figure moved on the four sets, and a
+            // model that runs the first hit must not get a reset for a question.
+            caution: true,
         };
         let outcome = catalog.search_with(&request);
         let explanation = search
