@@ -634,7 +634,7 @@ impl Catalog {
                     && !(request.needs && vectors.len() == 1) =>
             {
                 Some(format!(
-                "{} query vectors for {} queries",
+                    "{} query vectors for {} queries",
                     vectors.len(),
                     request.queries.len()
                 ))

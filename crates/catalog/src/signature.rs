@@ -16,7 +16,7 @@ use crate::search::properties;
 pub const MAX_CHARS: usize = 160;
 
 /// `name(param: type, optional?: type, …)` of `tool`, at most [`MAX_CHARS`] characters (a
-/// name longer than that is cut too).
+/// name too long for that is cut as well, ending in `…`).
 pub fn signature(tool: &ToolEntry) -> String {
     let schema = tool.resolved_input_schema();
     let required: Vec<&str> = schema
@@ -56,10 +56,11 @@ pub fn signature(tool: &ToolEntry) -> String {
         list.push("…");
     }
     let text = format!("{name}({})", list.join(", "));
-    match text.char_indices().nth(MAX_CHARS) {
-        Some((at, _)) => format!("{}…", &text[..at - text[..at].chars().last().map_or(0, char::len_utf8)]),
-        None => text,
+    if text.chars().count() <= MAX_CHARS {
+        return text;
     }
+    let cut: String = text.chars().take(MAX_CHARS - 1).collect();
+    format!("{cut}…")
 }
 
 /// A parameter's type in a word or two: `string`, `integer`, `string[]`, `"a"|"b"` for a short
@@ -88,7 +89,9 @@ fn type_of(schema: &Value) -> String {
             .collect::<Vec<_>>()
             .join("|"),
         _ => match schema.get("anyOf").or_else(|| schema.get("oneOf")) {
-            Some(Value::Array(options)) => options.iter().map(type_of).collect::<Vec<_>>().join("|"),
+            Some(Value::Array(options)) => {
+                options.iter().map(type_of).collect::<Vec<_>>().join("|")
+            }
             _ => "any".to_string(),
         },
     }
@@ -143,7 +146,9 @@ mod tests {
                 "files": {"type": "array", "items": {"type": "string"}},
                 "since": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
                 "required": ["repo_path"]}}),
-            expect![[r#"git__git_log(repo_path: string, branch_type?: "local"|"remote"|"all", files?: string[], max_count?: integer, since?: string|null) None"#]],
+            expect![[
+                r#"git__git_log(repo_path: string, branch_type?: "local"|"remote"|"all", files?: string[], max_count?: integer, since?: string|null) None"#
+            ]],
         );
         check(
             json!({"name": "git_reset", "inputSchema": {"type": "object"},
@@ -162,7 +167,9 @@ mod tests {
         check(
             json!({"name": "search", "inputSchema": {"type": "object", "properties": properties,
                 "required": ["query"]}}),
-            expect!["git__search(query: string, option_number_0?: string, option_number_1?: string, option_number_10?: string, option_number_11?: string, …) None"],
+            expect![
+                "git__search(query: string, option_number_0?: string, option_number_1?: string, option_number_10?: string, option_number_11?: string, …) None"
+            ],
         );
     }
 }

@@ -22,7 +22,11 @@ fn main() {
         for tool in catalog.tools() {
             let line = |name: &str| {
                 let marks = effects(tool).map(|e| format!(" [{e}]")).unwrap_or_default();
-                let marks = if name == tool.qualified.as_str() { String::new() } else { marks };
+                let marks = if name == tool.qualified.as_str() {
+                    String::new()
+                } else {
+                    marks
+                };
                 format!(
                     "1. {name}{marks} ({}) - {}",
                     tool.server,

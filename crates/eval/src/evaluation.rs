@@ -116,16 +116,7 @@ pub async fn evaluate(
         _ if !needs_vectors => Err("no vector strategy asked".to_string()),
         Err(reason) => Err(reason),
         Ok(semantic) => {
-            match embed_set(
-                &catalog,
-                &texts,
-                options,
-                semantic,
-                progress,
-                &mut warnings,
-            )
-            .await
-            {
+            match embed_set(&catalog, &texts, options, semantic, progress, &mut warnings).await {
                 Ok((catalog, query_vectors, report)) => {
                     embedding = Some(report);
                     Ok((catalog, query_vectors))
@@ -300,7 +291,13 @@ async fn embed_set(
     let vector_build = started.elapsed();
 
     // The whole query first, then its needs when they are embedded too.
-    let per_query = |texts: &Vec<String>| if options.needs_vectors { texts.len() } else { 1 };
+    let per_query = |texts: &Vec<String>| {
+        if options.needs_vectors {
+            texts.len()
+        } else {
+            1
+        }
+    };
     let query_texts: Vec<String> = queries
         .iter()
         .flat_map(|texts| texts.iter().take(per_query(texts)).cloned())
@@ -317,7 +314,10 @@ async fn embed_set(
     .await?;
 
     // One query at a time, uncached: what a live `search_tools` call pays before ranking.
-    let wholes: Vec<String> = queries.iter().filter_map(|texts| texts.first().cloned()).collect();
+    let wholes: Vec<String> = queries
+        .iter()
+        .filter_map(|texts| texts.first().cloned())
+        .collect();
     let sample = &wholes[..wholes.len().min(options.latency_sample)];
     progress.start("query embedding latency", sample.len() as u64);
     let mut single = Vec::with_capacity(sample.len());

@@ -44,42 +44,168 @@ fn servers() -> Vec<ServerTools> {
     let repo: &[(&str, &str)] = &[("repo_path", "")];
     let none = Value::Null;
     let git = [
-        ("git_status", "Shows the working tree status", repo, none.clone()),
-        ("git_diff_unstaged", "Shows changes in the working directory that are not yet staged", repo, none.clone()),
-        ("git_diff_staged", "Shows changes that are staged for commit", repo, none.clone()),
-        ("git_diff", "Shows differences between branches or commits", &[("repo_path", ""), ("target", "")], none.clone()),
-        ("git_commit", "Records changes to the repository", &[("repo_path", ""), ("message", "")], none.clone()),
-        ("git_add", "Adds file contents to the staging area", &[("repo_path", ""), ("files", "")], none.clone()),
-        ("git_reset", "Unstages all staged changes", repo, none.clone()),
+        (
+            "git_status",
+            "Shows the working tree status",
+            repo,
+            none.clone(),
+        ),
+        (
+            "git_diff_unstaged",
+            "Shows changes in the working directory that are not yet staged",
+            repo,
+            none.clone(),
+        ),
+        (
+            "git_diff_staged",
+            "Shows changes that are staged for commit",
+            repo,
+            none.clone(),
+        ),
+        (
+            "git_diff",
+            "Shows differences between branches or commits",
+            &[("repo_path", ""), ("target", "")],
+            none.clone(),
+        ),
+        (
+            "git_commit",
+            "Records changes to the repository",
+            &[("repo_path", ""), ("message", "")],
+            none.clone(),
+        ),
+        (
+            "git_add",
+            "Adds file contents to the staging area",
+            &[("repo_path", ""), ("files", "")],
+            none.clone(),
+        ),
+        (
+            "git_reset",
+            "Unstages all staged changes",
+            repo,
+            none.clone(),
+        ),
         ("git_log", "Shows the commit logs", repo, none.clone()),
-        ("git_create_branch", "Creates a new branch from an optional base branch", &[("repo_path", ""), ("branch_name", "")], none.clone()),
-        ("git_checkout", "Switches branches", &[("repo_path", ""), ("branch_name", "")], none.clone()),
-        ("git_show", "Shows the contents of a commit", &[("repo_path", ""), ("revision", "")], none.clone()),
-        ("git_branch", "List Git branches", &[("repo_path", "The path to the Git repository.")], none.clone()),
+        (
+            "git_create_branch",
+            "Creates a new branch from an optional base branch",
+            &[("repo_path", ""), ("branch_name", "")],
+            none.clone(),
+        ),
+        (
+            "git_checkout",
+            "Switches branches",
+            &[("repo_path", ""), ("branch_name", "")],
+            none.clone(),
+        ),
+        (
+            "git_show",
+            "Shows the contents of a commit",
+            &[("repo_path", ""), ("revision", "")],
+            none.clone(),
+        ),
+        (
+            "git_branch",
+            "List Git branches",
+            &[("repo_path", "The path to the Git repository.")],
+            none.clone(),
+        ),
     ];
     let write = json!({"readOnlyHint": false, "destructiveHint": false});
     let delete = json!({"readOnlyHint": false, "destructiveHint": true});
     let read = json!({"readOnlyHint": true, "destructiveHint": false});
     let memory = [
-        ("create_entities", "Create multiple new entities in the knowledge graph", &[("entities", "")][..], write.clone()),
-        ("create_relations", "Create multiple new relations between entities in the knowledge graph. Relations should be in active voice", &[("relations", "")], write.clone()),
-        ("add_observations", "Add new observations to existing entities in the knowledge graph", &[("observations", "")], write),
-        ("delete_entities", "Delete multiple entities and their associated relations from the knowledge graph", &[("entityNames", "An array of entity names to delete")], delete.clone()),
-        ("delete_observations", "Delete specific observations from entities in the knowledge graph", &[("deletions", "")], delete.clone()),
-        ("delete_relations", "Delete multiple relations from the knowledge graph", &[("relations", "An array of relations to delete")], delete),
-        ("read_graph", "Read the entire knowledge graph", &[], read.clone()),
-        ("search_nodes", "Search for nodes in the knowledge graph based on a query", &[("query", "The search query to match against entity names, types, and observation content")], read.clone()),
-        ("open_nodes", "Open specific nodes in the knowledge graph by their names", &[("names", "An array of entity names to retrieve")], read),
+        (
+            "create_entities",
+            "Create multiple new entities in the knowledge graph",
+            &[("entities", "")][..],
+            write.clone(),
+        ),
+        (
+            "create_relations",
+            "Create multiple new relations between entities in the knowledge graph. Relations should be in active voice",
+            &[("relations", "")],
+            write.clone(),
+        ),
+        (
+            "add_observations",
+            "Add new observations to existing entities in the knowledge graph",
+            &[("observations", "")],
+            write,
+        ),
+        (
+            "delete_entities",
+            "Delete multiple entities and their associated relations from the knowledge graph",
+            &[("entityNames", "An array of entity names to delete")],
+            delete.clone(),
+        ),
+        (
+            "delete_observations",
+            "Delete specific observations from entities in the knowledge graph",
+            &[("deletions", "")],
+            delete.clone(),
+        ),
+        (
+            "delete_relations",
+            "Delete multiple relations from the knowledge graph",
+            &[("relations", "An array of relations to delete")],
+            delete,
+        ),
+        (
+            "read_graph",
+            "Read the entire knowledge graph",
+            &[],
+            read.clone(),
+        ),
+        (
+            "search_nodes",
+            "Search for nodes in the knowledge graph based on a query",
+            &[(
+                "query",
+                "The search query to match against entity names, types, and observation content",
+            )],
+            read.clone(),
+        ),
+        (
+            "open_nodes",
+            "Open specific nodes in the knowledge graph by their names",
+            &[("names", "An array of entity names to retrieve")],
+            read,
+        ),
     ];
     let time = [
-        ("get_current_time", "Get current time in a specific timezones", &[("timezone", "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' as local timezone if no timezone provided by the user.")][..], none.clone()),
-        ("convert_time", "Convert time between timezones", &[
-            ("source_timezone", "Source IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' as local timezone if no source timezone provided by the user."),
-            ("time", "Time to convert in 24-hour format (HH:MM)"),
-            ("target_timezone", "Target IANA timezone name (e.g., 'Asia/Tokyo', 'America/San_Francisco'). Use 'UTC' as local timezone if no target timezone provided by the user."),
-        ], none),
+        (
+            "get_current_time",
+            "Get current time in a specific timezones",
+            &[(
+                "timezone",
+                "IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' as local timezone if no timezone provided by the user.",
+            )][..],
+            none.clone(),
+        ),
+        (
+            "convert_time",
+            "Convert time between timezones",
+            &[
+                (
+                    "source_timezone",
+                    "Source IANA timezone name (e.g., 'America/New_York', 'Europe/London'). Use 'UTC' as local timezone if no source timezone provided by the user.",
+                ),
+                ("time", "Time to convert in 24-hour format (HH:MM)"),
+                (
+                    "target_timezone",
+                    "Target IANA timezone name (e.g., 'Asia/Tokyo', 'America/San_Francisco'). Use 'UTC' as local timezone if no target timezone provided by the user.",
+                ),
+            ],
+            none,
+        ),
     ];
-    vec![server("git", &git), server("memory", &memory), server("time", &time)]
+    vec![
+        server("git", &git),
+        server("memory", &memory),
+        server("time", &time),
+    ]
 }
 
 struct Everyday {
@@ -91,7 +217,9 @@ impl Everyday {
     async fn load() -> Everyday {
         let model = match local::load(LocalModel::MiniLmL6V2, None) {
             Ok(model) => model,
-            Err(error) => panic!("all-MiniLM-L6-v2 is not installed: run scripts/fetch-models.sh ({error})"),
+            Err(error) => {
+                panic!("all-MiniLM-L6-v2 is not installed: run scripts/fetch-models.sh ({error})")
+            }
         };
         let (catalog, problems) = Catalog::build(&servers());
         assert!(problems.is_empty(), "{problems:?}");
@@ -140,7 +268,9 @@ impl Everyday {
 }
 
 fn rank(hits: &[String], name: &str) -> usize {
-    hits.iter().position(|hit| hit == name).unwrap_or(usize::MAX)
+    hits.iter()
+        .position(|hit| hit == name)
+        .unwrap_or(usize::MAX)
 }
 
 #[tokio::test]
@@ -154,7 +284,10 @@ async fn a_question_ranks_read_only_tools_above_reset_and_delete() {
     let changed = everyday.search("what changed in my git repo", true).await;
     assert!(rank(&plain, "git_reset") < 3, "{plain:?}");
     assert!(rank(&changed, "git_reset") >= 3, "{changed:?}");
-    assert!(rank(&changed, "git_diff_unstaged") < rank(&changed, "git_reset"), "{changed:?}");
+    assert!(
+        rank(&changed, "git_diff_unstaged") < rank(&changed, "git_reset"),
+        "{changed:?}"
+    );
     let graph = everyday.search("what do you know about Alice", true).await;
     assert!(!graph[0].starts_with("delete"), "{graph:?}");
 }
@@ -162,8 +295,12 @@ async fn a_question_ranks_read_only_tools_above_reset_and_delete() {
 #[tokio::test]
 async fn a_request_to_change_keeps_the_tool_that_changes() {
     let everyday = Everyday::load().await;
-    let reset = everyday.search("unstage everything I staged in the git repo", true).await;
+    let reset = everyday
+        .search("unstage everything I staged in the git repo", true)
+        .await;
     assert!(rank(&reset, "git_reset") < 3, "{reset:?}");
-    let delete = everyday.search("delete the entity Bob from memory", true).await;
+    let delete = everyday
+        .search("delete the entity Bob from memory", true)
+        .await;
     assert_eq!(delete[0], "delete_entities", "{delete:?}");
 }

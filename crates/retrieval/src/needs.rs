@@ -78,22 +78,111 @@ const STEP_CONNECTIVES: &[&str] = &[
 
 /// Chinese connectives that start a new step (matched anywhere: Chinese has no spaces).
 const CJK_CONNECTIVES: &[&str] = &[
-    "然后", "并且", "同时", "另外", "此外", "接着", "随后", "之后", "以及", "而且", "还要",
-    "还需要", "还想", "也要", "最后", "再帮",
+    "然后",
+    "并且",
+    "同时",
+    "另外",
+    "此外",
+    "接着",
+    "随后",
+    "之后",
+    "以及",
+    "而且",
+    "还要",
+    "还需要",
+    "还想",
+    "也要",
+    "最后",
+    "再帮",
 ];
 
 /// Words that, after "and" or a comma, start a new clause rather than continue a list of
 /// nouns: request verbs in their base form, and the openings of a new question or clause.
 const CLAUSE_STARTS: &[&str] = &[
-    "add", "analyse", "analyze", "book", "calculate", "call", "can", "cancel", "change",
-    "check", "compare", "convert", "could", "create", "delete", "display", "download", "draw",
-    "edit", "email", "estimate", "explain", "export", "extract", "fetch", "find", "generate",
-    "get", "give", "how", "i", "identify", "i'd", "i'm", "import", "let", "list", "look",
-    "make", "message", "modify", "notify", "open", "order", "play", "please", "post", "predict",
-    "print", "provide", "read", "recommend", "record", "remind", "remove", "reserve", "retrieve",
-    "save", "schedule", "search", "see", "send", "set", "share", "show", "store", "suggest",
-    "summarise", "summarize", "tell", "track", "translate", "update", "upload", "verify",
-    "we", "what", "when", "where", "which", "who", "whether", "would", "write",
+    "add",
+    "analyse",
+    "analyze",
+    "book",
+    "calculate",
+    "call",
+    "can",
+    "cancel",
+    "change",
+    "check",
+    "compare",
+    "convert",
+    "could",
+    "create",
+    "delete",
+    "display",
+    "download",
+    "draw",
+    "edit",
+    "email",
+    "estimate",
+    "explain",
+    "export",
+    "extract",
+    "fetch",
+    "find",
+    "generate",
+    "get",
+    "give",
+    "how",
+    "i",
+    "identify",
+    "i'd",
+    "i'm",
+    "import",
+    "let",
+    "list",
+    "look",
+    "make",
+    "message",
+    "modify",
+    "notify",
+    "open",
+    "order",
+    "play",
+    "please",
+    "post",
+    "predict",
+    "print",
+    "provide",
+    "read",
+    "recommend",
+    "record",
+    "remind",
+    "remove",
+    "reserve",
+    "retrieve",
+    "save",
+    "schedule",
+    "search",
+    "see",
+    "send",
+    "set",
+    "share",
+    "show",
+    "store",
+    "suggest",
+    "summarise",
+    "summarize",
+    "tell",
+    "track",
+    "translate",
+    "update",
+    "upload",
+    "verify",
+    "we",
+    "what",
+    "when",
+    "where",
+    "which",
+    "who",
+    "whether",
+    "would",
+    "write",
 ];
 
 /// Sentences of `text`: cut after `.`, `?`, `!` or `;` followed by a space (so `6.30` and
@@ -171,7 +260,11 @@ fn cut_at(lower: &str, at: usize) -> Option<usize> {
 
 /// Whether `text` starts with `word` followed by a non-word character or its end.
 fn starts_with_word(text: &str, word: &str) -> bool {
-    text.starts_with(word) && text.as_bytes().get(word.len()).is_none_or(|&b| !is_word_byte(b))
+    text.starts_with(word)
+        && text
+            .as_bytes()
+            .get(word.len())
+            .is_none_or(|&b| !is_word_byte(b))
 }
 
 fn is_word_byte(b: u8) -> bool {
@@ -180,7 +273,9 @@ fn is_word_byte(b: u8) -> bool {
 
 /// `piece` without the separators and joining words left at its ends.
 fn trim_piece(piece: &str) -> &str {
-    let separators: &[char] = &[',', '，', '、', ' ', '\t', '\n', '.', '。', ';', '；', ':', '：'];
+    let separators: &[char] = &[
+        ',', '，', '、', ' ', '\t', '\n', '.', '。', ';', '；', ':', '：',
+    ];
     let mut piece = piece.trim_matches(separators);
     loop {
         let lower = piece.to_ascii_lowercase();
@@ -202,7 +297,10 @@ fn content_words(text: &str) -> usize {
         .filter(|word| !word.is_empty() && word.is_ascii())
         .filter(|word| !english::is_stop_word(&word.to_ascii_lowercase()))
         .count();
-    let cjk = text.chars().filter(|c| !c.is_ascii() && c.is_alphabetic()).count();
+    let cjk = text
+        .chars()
+        .filter(|c| !c.is_ascii() && c.is_alphabetic())
+        .count();
     latin + cjk / 2
 }
 
@@ -220,12 +318,16 @@ mod tests {
     fn a_request_of_several_steps_splits_into_them() {
         check(
             "Find the paper, summarise it and then save the summary to my notes, message the team",
-            expect!["Find the paper | summarise it save the summary to my notes | message the team"],
+            expect![
+                "Find the paper | summarise it save the summary to my notes | message the team"
+            ],
         );
         check(
             "Please help me cancel a washing machine repair request with the request number \
              RQ123456, and check the repair status of my TV after the cancellation.",
-            expect!["Please help me cancel a washing machine repair request with the request number RQ123456 | check the repair status of my TV after the cancellation"],
+            expect![
+                "Please help me cancel a washing machine repair request with the request number RQ123456 | check the repair status of my TV after the cancellation"
+            ],
         );
         check(
             "Get the weather in Paris. Also book a table for two tonight",
@@ -239,7 +341,10 @@ mod tests {
             "coordinates 38.9 latitude and 77.0 longitude, from January 1 to December 2",
             expect!["coordinates 38.9 latitude and 77.0 longitude, from January 1 to December 2"],
         );
-        check("what time is it in Paris", expect!["what time is it in Paris"]);
+        check(
+            "what time is it in Paris",
+            expect!["what time is it in Paris"],
+        );
         check("search and replace", expect!["search and replace"]);
     }
 
@@ -247,7 +352,9 @@ mod tests {
     fn chinese_requests_split_at_connectives() {
         check(
             "请帮我取消一个洗衣机的维修请求，请求编号为RQ123456，并且查询取消后我的电视机的维修状态。",
-            expect!["请帮我取消一个洗衣机的维修请求，请求编号为RQ123456 | 查询取消后我的电视机的维修状态"],
+            expect![
+                "请帮我取消一个洗衣机的维修请求，请求编号为RQ123456 | 查询取消后我的电视机的维修状态"
+            ],
         );
         check(
             "我需要调整明早6点的闹钟到6点半。同时，请取消明晚的21:00单次闹钟。",
