@@ -313,22 +313,12 @@ async fn embed_set(
     )
     .await?;
 
-    // One query at a time, uncached: what a live `search_tools` call pays before ranking.
     let wholes: Vec<String> = queries
         .iter()
         .filter_map(|texts| texts.first().cloned())
+        .take(options.latency_sample)
         .collect();
-    let sample = &wholes[..wholes.len().min(options.latency_sample)];
-    progress.start("query embedding latency", sample.len() as u64);
-    let mut single = Vec::with_capacity(sample.len());
-    for text in sample {
-        let started = Instant::now();
-        embedder
-            .embed(std::slice::from_ref(text), TextKind::Query)
-            .await?;
-        single.push(millis(started.elapsed()));
-        progress.advance(1);
-    }
+    let single = embedding_latencies(embedder, &wholes, progress).await?;
 
     let report = EmbeddingReport {
         model: embedder.id().to_string(),
@@ -349,6 +339,26 @@ async fn embed_set(
         .map(|texts| vectors.by_ref().take(per_query(texts)).collect())
         .collect();
     Ok((with_vectors, grouped, report))
+}
+
+/// Milliseconds to embed each of `sample` on its own, uncached: what a live `search_tools`
+/// call pays before ranking.
+async fn embedding_latencies(
+    embedder: &dyn Embedder,
+    sample: &[String],
+    progress: &dyn Progress,
+) -> Result<Vec<f64>, Error> {
+    progress.start("query embedding latency", sample.len() as u64);
+    let mut single = Vec::with_capacity(sample.len());
+    for text in sample {
+        let started = Instant::now();
+        embedder
+            .embed(std::slice::from_ref(text), TextKind::Query)
+            .await?;
+        single.push(millis(started.elapsed()));
+        progress.advance(1);
+    }
+    Ok(single)
 }
 
 /// Vectors of some texts, and how many came from the cache.

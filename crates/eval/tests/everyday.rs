@@ -40,7 +40,8 @@ fn server(name: &str, tools: &[ToolSpec<'_>]) -> ServerTools {
     }
 }
 
-fn servers() -> Vec<ServerTools> {
+/// The reference git server's tools (it sends no annotations).
+fn git() -> ServerTools {
     let repo: &[(&str, &str)] = &[("repo_path", "")];
     let none = Value::Null;
     let git = [
@@ -112,6 +113,11 @@ fn servers() -> Vec<ServerTools> {
             none.clone(),
         ),
     ];
+    server("git", &git)
+}
+
+/// The reference memory server's tools, with its annotations.
+fn memory() -> ServerTools {
     let write = json!({"readOnlyHint": false, "destructiveHint": false});
     let delete = json!({"readOnlyHint": false, "destructiveHint": true});
     let read = json!({"readOnlyHint": true, "destructiveHint": false});
@@ -174,6 +180,12 @@ fn servers() -> Vec<ServerTools> {
             read,
         ),
     ];
+    server("memory", &memory)
+}
+
+/// The reference time server's tools.
+fn time() -> ServerTools {
+    let none = Value::Null;
     let time = [
         (
             "get_current_time",
@@ -201,11 +213,11 @@ fn servers() -> Vec<ServerTools> {
             none,
         ),
     ];
-    vec![
-        server("git", &git),
-        server("memory", &memory),
-        server("time", &time),
-    ]
+    server("time", &time)
+}
+
+fn servers() -> Vec<ServerTools> {
+    vec![git(), memory(), time()]
 }
 
 struct Everyday {
