@@ -112,7 +112,7 @@ pub async fn evaluate(
     let texts = query_texts(&judged.queries, options);
     let needs_vectors = options.strategies.iter().any(|s| s.needs_vectors());
     let mut embedding = None;
-    let vectors: Result<(Catalog, Vec<Vec<Vec<f32>>>), String> = match semantic {
+    let vectors: Result<(Catalog, Vec<QueryVectors>), String> = match semantic {
         _ if !needs_vectors => Err("no vector strategy asked".to_string()),
         Err(reason) => Err(reason),
         Ok(semantic) => {
@@ -178,6 +178,9 @@ pub async fn evaluate(
     }
 }
 
+/// One query's vectors: its text's, then its needs' when they are embedded.
+type QueryVectors = Vec<Vec<f32>>;
+
 /// What each query searches for: its text, then its needs when they are split.
 fn query_texts(queries: &[(&Query, HashSet<String>)], options: &Options) -> Vec<Vec<String>> {
     queries
@@ -193,7 +196,7 @@ fn query_texts(queries: &[(&Query, HashSet<String>)], options: &Options) -> Vec<
 struct Queries<'q, 'a> {
     judged: &'q [(&'a Query, HashSet<String>)],
     texts: &'q [Vec<String>],
-    vectors: Option<&'q [Vec<Vec<f32>>]>,
+    vectors: Option<&'q [QueryVectors]>,
 }
 
 /// The queries to evaluate, each with its relevant tools as qualified names.
@@ -266,7 +269,7 @@ async fn embed_set(
     semantic: Semantic<'_>,
     progress: &dyn Progress,
     warnings: &mut Vec<String>,
-) -> Result<(Catalog, Vec<Vec<Vec<f32>>>, EmbeddingReport), Error> {
+) -> Result<(Catalog, Vec<QueryVectors>, EmbeddingReport), Error> {
     let Semantic { embedder, cache } = semantic;
     let texts = match &options.embedding_text {
         Some(text) => catalog.embedding_texts_with(text),
