@@ -35,6 +35,9 @@ pub struct ToolEntry {
     resolved: Option<Value>,
     /// cl100k_base tokens of the tool as listed to a client, see [`cost::Listed`].
     pub token_cost: usize,
+    /// Whether the tool may delete, reset or overwrite ([`crate::caution::is_risky`]), worked
+    /// out once here rather than on every search.
+    pub(crate) risky: bool,
 }
 
 /// Why an upstream tool could not be loaded, or anything else worth telling about an upstream.
@@ -123,6 +126,11 @@ impl ToolEntry {
         }
         .token_cost(counter);
         let resolved = schema::resolve(input_schema);
+        let risky = crate::caution::is_risky_tool(
+            &upstream_name,
+            annotations.and_then(|a| a.get("readOnlyHint")?.as_bool()),
+            annotations.and_then(|a| a.get("destructiveHint")?.as_bool()),
+        );
         Ok(Self {
             resolved: (resolved != *input_schema).then_some(resolved),
             qualified: qualified.into(),
@@ -133,6 +141,7 @@ impl ToolEntry {
             description,
             raw: Arc::clone(raw),
             token_cost,
+            risky,
         })
     }
 

@@ -83,6 +83,25 @@ pub struct SearchRequest<'a> {
     pub multilingual_vectors: bool,
     pub top_k: usize,
     pub filter: &'a Filter,
+    /// `queries[1..]` are the needs [`split_request`] found in `queries[0]`: all are ranked
+    /// and fused like several queries (best reciprocal rank first). The vectors may then be
+    /// one per query or one for the whole request only (its needs are then ranked by BM25
+    /// alone, which saves embedding them).
+    pub needs: bool,
+    /// Read before write: unless the request asks to change something, tools that may
+    /// delete, reset or overwrite move [`crate::caution::DEMOTION`] places down.
+    pub caution: bool,
+}
+
+/// The queries to search for one request: the request itself, then its needs when it splits
+/// into several ([`retrieval::split_needs`]); send them with [`SearchRequest::needs`] set
+/// when there is more than one.
+pub fn split_request(query: &str) -> Vec<String> {
+    let needs = retrieval::split_needs(query);
+    if needs.len() < 2 {
+        return vec![query.to_string()];
+    }
+    std::iter::once(query.to_string()).chain(needs).collect()
 }
 
 /// The hits of a search, and whether it ran as asked.

@@ -85,6 +85,19 @@ pub(crate) struct Args {
     /// description when there are several servers), none, name, description or both.
     #[arg(long, default_value = "auto")]
     embed_server: String,
+    /// Split each query into its needs and merge their rankings so every need is served
+    /// first (`true` or `false`).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
+    split_needs: bool,
+    /// With --split-needs: embed each need too (`false`: only the whole query is embedded and
+    /// its needs are ranked by BM25).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    needs_vectors: bool,
+    /// Read before write, as the gateway does: unless a query asks to change something, tools
+    /// that may delete, reset or overwrite move two places down; `--caution false` to measure
+    /// without.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
+    caution: bool,
 }
 
 /// The three files of a set folder, as `::eval::Dataset::load` reads them.
@@ -154,6 +167,9 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
         index,
         embedding_text: embedding_text.clone(),
         batch_size: args.batch_size.max(1),
+        split_needs: args.split_needs,
+        needs_vectors: args.needs_vectors,
+        caution: args.caution,
         ..::eval::Options::default()
     };
 
@@ -322,6 +338,7 @@ fn print_set(report: &SetReport) {
             "R@10",
             "MRR@10",
             "Comp@5",
+            "Comp@5 3+",
             "search p50",
             "p99",
         ]);
@@ -338,6 +355,9 @@ fn print_set(report: &SetReport) {
                     format!("{:.1}", m.recall_at_10),
                     format!("{:.1}", m.mrr_at_10),
                     format!("{:.1}", m.comp_at_5),
+                    figures
+                        .comp_at_5_3plus
+                        .map_or("-".to_string(), |c| format!("{c:.1}")),
                     format!("{:.1} µs", figures.search_p50_us),
                     format!("{:.1} µs", figures.search_p99_us),
                 ]);

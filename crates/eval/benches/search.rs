@@ -130,6 +130,8 @@ fn search(
         multilingual_vectors: false,
         top_k: 10,
         filter: &filter,
+        needs: false,
+        caution: true,
     });
     assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);
     outcome.hits.len()

@@ -17,7 +17,9 @@ use crate::Error;
 use crate::cache::{CacheKey, EmbeddingCache};
 use crate::dataset::{Dataset, Query};
 use crate::metrics::{DEPTH, Metrics, percentile};
-use crate::report::{EmbeddingReport, Figures, Outcome, SetReport, StrategyReport, Subset};
+use crate::report::{
+    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, SetReport, StrategyReport, Subset,
+};
 
 /// How to evaluate.
 #[derive(Debug, Clone)]
@@ -35,6 +37,13 @@ pub struct Options {
     pub batch_size: usize,
     /// Queries embedded one at a time to measure query-embedding latency.
     pub latency_sample: usize,
+    /// Split each query into its needs ([`catalog::split_request`]) and merge their rankings.
+    pub split_needs: bool,
+    /// With `split_needs`: embed the needs too (otherwise only the whole query is embedded
+    /// and its needs are ranked by BM25 alone).
+    pub needs_vectors: bool,
+    /// Read before write ([`SearchRequest::caution`]), on as in the gateway.
+    pub caution: bool,
 }
 
 impl Default for Options {
@@ -47,6 +56,9 @@ impl Default for Options {
             embedding_text: None,
             batch_size: 64,
             latency_sample: 32,
+            split_needs: false,
+            needs_vectors: true,
+            caution: true,
         }
     }
 }
@@ -97,22 +109,14 @@ pub async fn evaluate(
         ));
     }
 
+    let texts = query_texts(&judged.queries, options);
     let needs_vectors = options.strategies.iter().any(|s| s.needs_vectors());
     let mut embedding = None;
-    let vectors: Result<(Catalog, Vec<Vec<f32>>), String> = match semantic {
+    let vectors: Result<(Catalog, Vec<QueryVectors>), String> = match semantic {
         _ if !needs_vectors => Err("no vector strategy asked".to_string()),
         Err(reason) => Err(reason),
         Ok(semantic) => {
-            match embed_set(
-                &catalog,
-                &judged.queries,
-                options,
-                semantic,
-                progress,
-                &mut warnings,
-            )
-            .await
-            {
+            match embed_set(&catalog, &texts, options, semantic, progress, &mut warnings).await {
                 Ok((catalog, query_vectors, report)) => {
                     embedding = Some(report);
                     Ok((catalog, query_vectors))
@@ -128,18 +132,24 @@ pub async fn evaluate(
             (false, _) => Outcome::Ok(run(
                 set,
                 &catalog,
-                None,
+                Queries {
+                    judged: &judged.queries,
+                    texts: &texts,
+                    vectors: None,
+                },
                 strategy,
-                &judged.queries,
                 options,
                 progress,
             )),
             (true, Ok((catalog, query_vectors))) => Outcome::Ok(run(
                 set,
                 catalog,
-                Some(query_vectors),
+                Queries {
+                    judged: &judged.queries,
+                    texts: &texts,
+                    vectors: Some(query_vectors),
+                },
                 strategy,
-                &judged.queries,
                 options,
                 progress,
             )),
@@ -166,6 +176,27 @@ pub async fn evaluate(
         embedding,
         strategies,
     }
+}
+
+/// One query's vectors: its text's, then its needs' when they are embedded.
+type QueryVectors = Vec<Vec<f32>>;
+
+/// What each query searches for: its text, then its needs when they are split.
+fn query_texts(queries: &[(&Query, HashSet<String>)], options: &Options) -> Vec<Vec<String>> {
+    queries
+        .iter()
+        .map(|(query, _)| match options.split_needs {
+            true => catalog::split_request(&query.text),
+            false => vec![query.text.clone()],
+        })
+        .collect()
+}
+
+/// The queries of a run: relevant tools, texts searched and their vectors, by query.
+struct Queries<'q, 'a> {
+    judged: &'q [(&'a Query, HashSet<String>)],
+    texts: &'q [Vec<String>],
+    vectors: Option<&'q [QueryVectors]>,
 }
 
 /// The queries to evaluate, each with its relevant tools as qualified names.
@@ -233,12 +264,12 @@ fn bm25_build_time(catalog: &Catalog, options: &IndexOptions) -> Duration {
 /// Tool vectors attached to a copy of `catalog`, one vector per query, and how it went.
 async fn embed_set(
     catalog: &Catalog,
-    queries: &[(&Query, HashSet<String>)],
+    queries: &[Vec<String>],
     options: &Options,
     semantic: Semantic<'_>,
     progress: &dyn Progress,
     warnings: &mut Vec<String>,
-) -> Result<(Catalog, Vec<Vec<f32>>, EmbeddingReport), Error> {
+) -> Result<(Catalog, Vec<QueryVectors>, EmbeddingReport), Error> {
     let Semantic { embedder, cache } = semantic;
     let texts = match &options.embedding_text {
         Some(text) => catalog.embedding_texts_with(text),
@@ -262,9 +293,17 @@ async fn embed_set(
         .map_err(Error::Vectors)?;
     let vector_build = started.elapsed();
 
+    // The whole query first, then its needs when they are embedded too.
+    let per_query = |texts: &Vec<String>| {
+        if options.needs_vectors {
+            texts.len()
+        } else {
+            1
+        }
+    };
     let query_texts: Vec<String> = queries
         .iter()
-        .map(|(query, _)| query.text.clone())
+        .flat_map(|texts| texts.iter().take(per_query(texts)).cloned())
         .collect();
     let embedded = embed_cached(
         embedder,
@@ -277,18 +316,12 @@ async fn embed_set(
     )
     .await?;
 
-    // One query at a time, uncached: what a live `search_tools` call pays before ranking.
-    let sample = &query_texts[..query_texts.len().min(options.latency_sample)];
-    progress.start("query embedding latency", sample.len() as u64);
-    let mut single = Vec::with_capacity(sample.len());
-    for text in sample {
-        let started = Instant::now();
-        embedder
-            .embed(std::slice::from_ref(text), TextKind::Query)
-            .await?;
-        single.push(millis(started.elapsed()));
-        progress.advance(1);
-    }
+    let wholes: Vec<String> = queries
+        .iter()
+        .filter_map(|texts| texts.first().cloned())
+        .take(options.latency_sample)
+        .collect();
+    let single = embedding_latencies(embedder, &wholes, progress).await?;
 
     let report = EmbeddingReport {
         model: embedder.id().to_string(),
@@ -303,7 +336,32 @@ async fn embed_set(
         query_embed_sample: single.len(),
         vector_build_ms: millis(vector_build),
     };
-    Ok((with_vectors, embedded.vectors, report))
+    let mut vectors = embedded.vectors.into_iter();
+    let grouped = queries
+        .iter()
+        .map(|texts| vectors.by_ref().take(per_query(texts)).collect())
+        .collect();
+    Ok((with_vectors, grouped, report))
+}
+
+/// Milliseconds to embed each of `sample` on its own, uncached: what a live `search_tools`
+/// call pays before ranking.
+async fn embedding_latencies(
+    embedder: &dyn Embedder,
+    sample: &[String],
+    progress: &dyn Progress,
+) -> Result<Vec<f64>, Error> {
+    progress.start("query embedding latency", sample.len() as u64);
+    let mut single = Vec::with_capacity(sample.len());
+    for text in sample {
+        let started = Instant::now();
+        embedder
+            .embed(std::slice::from_ref(text), TextKind::Query)
+            .await?;
+        single.push(millis(started.elapsed()));
+        progress.advance(1);
+    }
+    Ok(single)
 }
 
 /// Vectors of some texts, and how many came from the cache.
@@ -393,28 +451,33 @@ async fn embed_cached(
 fn run(
     set: &Dataset,
     catalog: &Catalog,
-    query_vectors: Option<&[Vec<f32>]>,
+    queries: Queries<'_, '_>,
     strategy: Strategy,
-    queries: &[(&Query, HashSet<String>)],
     options: &Options,
     progress: &dyn Progress,
 ) -> Figures {
-    progress.start(&format!("{} {strategy}", set.name), queries.len() as u64);
+    let judged = queries.judged;
+    progress.start(&format!("{} {strategy}", set.name), judged.len() as u64);
     let filter = Filter::default();
-    let mut metrics = Vec::with_capacity(queries.len());
-    let mut latencies = Vec::with_capacity(queries.len());
+    let mut metrics = Vec::with_capacity(judged.len());
+    let mut covered = Vec::with_capacity(judged.len());
+    let mut latencies = Vec::with_capacity(judged.len());
     let mut degraded = 0;
-    for (at, (query, relevant)) in queries.iter().enumerate() {
+    for (at, (_, relevant)) in judged.iter().enumerate() {
+        let texts = &queries.texts[at];
         let request = SearchRequest {
-            queries: std::slice::from_ref(&query.text),
-            query_vectors: query_vectors
+            queries: texts,
+            query_vectors: queries
+                .vectors
                 .and_then(|all| all.get(at))
-                .map(std::slice::from_ref),
+                .map(Vec::as_slice),
             strategy,
             hybrid: options.hybrid.clone(),
             multilingual_vectors: catalog.vector_model().is_some_and(embed::handles_cjk),
             top_k: DEPTH,
             filter: &filter,
+            needs: texts.len() > 1,
+            caution: options.caution,
         };
         let started = Instant::now();
         let outcome = catalog.search_with(&request);
@@ -426,34 +489,95 @@ fn run(
             .map(|hit| hit.tool.qualified.as_str())
             .collect();
         metrics.push(Metrics::of(&ranking, relevant));
+        covered.push(covered_at(&ranking, relevant, 5));
         if at % 256 == 255 {
             progress.advance(256);
         }
     }
-    progress.advance((queries.len() % 256) as u64);
+    progress.advance((judged.len() % 256) as u64);
 
-    let mut by_relevant_count = Vec::new();
-    for (label, range) in [("1", 1..=1), ("2", 2..=2), ("3+", 3..=usize::MAX)] {
-        let subset: Vec<Metrics> = queries
-            .iter()
-            .zip(&metrics)
-            .filter(|((_, relevant), _)| range.contains(&relevant.len()))
-            .map(|(_, m)| *m)
-            .collect();
-        if !subset.is_empty() {
-            by_relevant_count.push(Subset {
-                relevant: label.to_string(),
-                queries: subset.len(),
-                metrics: Metrics::mean(&subset).percent(),
-            });
-        }
-    }
+    let breakdown = Breakdown::of(judged, &metrics, &covered);
     Figures {
         metrics: Metrics::mean(&metrics).percent(),
         search_p50_us: percentile(&latencies, 0.5).map_or(0.0, round1),
         search_p99_us: percentile(&latencies, 0.99).map_or(0.0, round1),
         degraded,
-        by_relevant_count,
+        by_relevant_count: breakdown.by_relevant_count,
+        comp_at_5_3plus: breakdown.comp_at_5_3plus,
+        needs_at_5: breakdown.needs_at_5,
+        multi_need_queries: breakdown.multi_need_queries,
+    }
+}
+
+/// The figures of a run split by the number of relevant tools per query.
+struct Breakdown {
+    by_relevant_count: Vec<Subset>,
+    comp_at_5_3plus: Option<f64>,
+    needs_at_5: Vec<NeedsCovered>,
+    multi_need_queries: Vec<QueryNeeds>,
+}
+
+impl Breakdown {
+    /// `metrics[i]` and `covered[i]` (relevant tools in the top 5) belong to `queries[i]`.
+    fn of(queries: &[(&Query, HashSet<String>)], metrics: &[Metrics], covered: &[usize]) -> Self {
+        let mut by_relevant_count = Vec::new();
+        let mut comp_at_5_3plus = None;
+        for (label, range) in [("1", 1..=1), ("2", 2..=2), ("3+", 3..=usize::MAX)] {
+            let subset: Vec<Metrics> = queries
+                .iter()
+                .zip(metrics)
+                .filter(|((_, relevant), _)| range.contains(&relevant.len()))
+                .map(|(_, m)| *m)
+                .collect();
+            if subset.is_empty() {
+                continue;
+            }
+            let mean = Metrics::mean(&subset).percent();
+            if label == "3+" {
+                comp_at_5_3plus = Some(mean.comp_at_5);
+            }
+            by_relevant_count.push(Subset {
+                relevant: label.to_string(),
+                queries: subset.len(),
+                metrics: mean,
+            });
+        }
+        let mut needs: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        let mut multi_need_queries = Vec::new();
+        for ((query, relevant), &found) in queries.iter().zip(covered) {
+            if relevant.len() < 2 {
+                continue;
+            }
+            let row = needs
+                .entry(relevant.len())
+                .or_insert_with(|| vec![0; relevant.len() + 1]);
+            row[found.min(relevant.len())] += 1;
+            multi_need_queries.push(QueryNeeds {
+                id: query.id.clone(),
+                relevant: relevant.len(),
+                covered_at_5: found,
+            });
+        }
+        let needs_at_5 = needs
+            .into_iter()
+            .map(|(relevant, covered)| {
+                let queries: usize = covered.iter().sum();
+                let found: usize = covered.iter().enumerate().map(|(n, q)| n * q).sum();
+                let share = found as f64 / (queries * relevant).max(1) as f64;
+                NeedsCovered {
+                    relevant,
+                    queries,
+                    covered,
+                    mean_covered: round1(share * 100.0),
+                }
+            })
+            .collect();
+        Breakdown {
+            by_relevant_count,
+            comp_at_5_3plus,
+            needs_at_5,
+            multi_need_queries,
+        }
     }
 }
 
@@ -465,6 +589,17 @@ fn flush(cache: &mut dyn EmbeddingCache, warnings: &mut Vec<String>) {
             warnings.push(warning);
         }
     }
+}
+
+/// How many distinct relevant tools are in the first `k` of `ranking`.
+fn covered_at(ranking: &[&str], relevant: &HashSet<String>, k: usize) -> usize {
+    let mut seen = HashSet::new();
+    ranking
+        .iter()
+        .filter(|tool| seen.insert(**tool))
+        .take(k)
+        .filter(|tool| relevant.contains(**tool))
+        .count()
 }
 
 fn millis(duration: Duration) -> f64 {

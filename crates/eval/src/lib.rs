@@ -28,7 +28,8 @@ pub use dataset::{Dataset, Query, ToolRef};
 pub use evaluation::{Options, Progress, Semantic, Silent, evaluate};
 pub use metrics::Metrics;
 pub use report::{
-    EmbeddingReport, Figures, Outcome, Report, SetReport, Settings, StrategyReport, Subset,
+    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, Report, SetReport, Settings,
+    StrategyReport, Subset,
 };
 
 /// Why a set could not be read or evaluated. Messages are lower-case.

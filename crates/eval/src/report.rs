@@ -113,6 +113,35 @@ pub struct Figures {
     pub degraded: usize,
     /// The same metrics by number of relevant tools per query (`1`, `2`, `3+`).
     pub by_relevant_count: Vec<Subset>,
+    /// Comp@5 over the queries with 3 or more relevant tools, x100 (`None` when there are
+    /// none): the tasks an agent cannot finish with one tool.
+    pub comp_at_5_3plus: Option<f64>,
+    /// The per-need view: for each number of relevant tools (2 and up), how many of those
+    /// queries have 0, 1, 2, ... of their needs (relevant tools) in the top 5.
+    pub needs_at_5: Vec<NeedsCovered>,
+    /// Every query with several relevant tools, with how many of them are in the top 5.
+    pub multi_need_queries: Vec<QueryNeeds>,
+}
+
+/// Queries with the same number of relevant tools (needs), by how many needs the top 5 covers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NeedsCovered {
+    /// Relevant tools per query.
+    pub relevant: usize,
+    pub queries: usize,
+    /// `covered[n]`: queries with exactly `n` of their relevant tools in the top 5
+    /// (`relevant + 1` entries).
+    pub covered: Vec<usize>,
+    /// Mean share of needs covered, x100 (Recall@5 over these queries).
+    pub mean_covered: f64,
+}
+
+/// One query with several relevant tools: how many of them the top 5 holds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QueryNeeds {
+    pub id: String,
+    pub relevant: usize,
+    pub covered_at_5: usize,
 }
 
 /// Queries with the same number of relevant tools.

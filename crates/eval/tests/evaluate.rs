@@ -259,3 +259,27 @@ fn json_report_marks_skipped_strategies_with_a_reason() {
     expect![[r#"{"reason":"no model","status":"skipped","strategy":"vector"}"#]]
         .assert_eq(&strategies[1].to_string());
 }
+
+#[test]
+fn per_need_view_counts_the_needs_each_multi_tool_query_covers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let options = Options {
+        strategies: vec![Strategy::Bm25],
+        ..Options::default()
+    };
+    let report =
+        futures::executor::block_on(evaluate(&set, &options, Err("unused".into()), &Silent));
+    let Outcome::Ok(figures) = &report.strategies[0].outcome else {
+        panic!("bm25 runs");
+    };
+    // q5 needs `add` and `get_forecast`; BM25 finds both ("add", "forecast").
+    let json = serde_json::json!({
+        "needs": figures.needs_at_5,
+        "queries": figures.multi_need_queries,
+        "comp3": figures.comp_at_5_3plus,
+    });
+    expect![[r#"{"comp3":null,"needs":[{"covered":[0,0,1],"mean_covered":100.0,"queries":1,"relevant":2}],"queries":[{"covered_at_5":2,"id":"q5","relevant":2}]}"#]]
+        .assert_eq(&json.to_string());
+}

@@ -350,6 +350,10 @@ impl Gateway {
             multilingual_vectors: self.semantic().is_some_and(|s| s.multilingual()),
             top_k: search.top_k,
             filter: &search.filter,
+            needs: false,
+            // Read before write (catalog::caution): no figure moved on the four sets, and a
+            // model that runs the first hit must not get a reset for a question.
+            caution: true,
         };
         let outcome = catalog.search_with(&request);
         let explanation = search

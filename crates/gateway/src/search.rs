@@ -39,6 +39,10 @@ pub struct FoundTool {
     pub server: ServerName,
     pub description: String,
     pub score: f32,
+    /// `name(param: type, optional?: type)`, within [`catalog::signature::MAX_CHARS`].
+    pub signature: String,
+    /// `read-only` or `destructive` when the upstream's annotations say so.
+    pub effects: Option<&'static str>,
 }
 
 impl FoundTool {
@@ -48,6 +52,8 @@ impl FoundTool {
             server: hit.tool.server.clone(),
             description: hit.tool.one_line_description(),
             score: hit.score,
+            signature: catalog::signature::signature(hit.tool),
+            effects: catalog::signature::effects(hit.tool),
         }
     }
 }

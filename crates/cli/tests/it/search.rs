@@ -277,3 +277,38 @@ fn search_explain_shows_the_ranks_behind_a_fused_score() {
         );
     }
 }
+
+#[test]
+fn results_carry_signatures_and_a_call_without_its_arguments_is_still_refused() {
+    let config = write_config(&format!(
+        "[retrieval]\nstrategy = \"bm25\"\n\n{}",
+        time_stdio_server("time")
+    ));
+    let report = py_client_stdio(
+        &config,
+        "modern",
+        json!([
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "current time in a timezone", "top_k": 2}},
+            // Straight from the signature, without get_tool_details, and without the argument.
+            {"op": "call_tool", "name": "call_tool", "arguments": {"name": "time__get_current_time", "arguments": {}}},
+        ]),
+    );
+    let steps = report["steps"].as_array().expect("steps");
+    let found = &steps[0];
+    let first = &found["structuredContent"]["results"][0];
+    assert_eq!(first["name"], "time__get_current_time", "{found}");
+    assert_eq!(
+        first["signature"], "time__get_current_time(timezone: string)",
+        "{found}"
+    );
+    assert!(
+        result_text(found).starts_with("1. time__get_current_time(timezone: string)"),
+        "{found}"
+    );
+    let refused = &steps[1];
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(
+        result_text(refused).contains("invalid arguments for 'time__get_current_time'"),
+        "{refused}"
+    );
+}

@@ -43,8 +43,11 @@ pub(crate) fn tools(servers: &[(ServerName, Option<String>)]) -> Vec<Tool> {
             SEARCH_TOOLS,
             &format!(
                 "Find tools across the MCP servers behind this gateway. Results are ranked, best \
-                 first, with each tool's qualified name, server and a one-line description; then \
-                 call get_tool_details for the input schema and call_tool to run it.\n\
+                 first, each with its signature (qualified name and parameters with their types, \
+                 `?` after an optional one, `…` where some were left out), [read-only] or \
+                 [destructive] when the server says so, its server and a one-line description. \
+                 When the signature says enough, run the tool with call_tool right away; \
+                 otherwise call get_tool_details for its full input schema first.\n\
                  Write the query as the capability you need in plain words, with its key verbs \
                  and nouns (\"create a calendar event\", \"read a file\", \"current time in a \
                  timezone\"), in English where possible; not the user's whole request. When a \
@@ -322,12 +325,17 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
         .hits
         .iter()
         .map(|hit| {
-            json!({
+            let mut result = json!({
                 "name": hit.name,
                 "server": hit.server,
+                "signature": hit.signature,
                 "description": hit.description,
                 "score": (f64::from(hit.score) * 10_000.0).round() / 10_000.0,
-            })
+            });
+            if let Some(effects) = hit.effects {
+                result["effects"] = json!(effects);
+            }
+            result
         })
         .collect();
     let text = if found.hits.is_empty() {
@@ -347,10 +355,11 @@ pub(crate) fn render_search(known: &[&str], search: &Search, found: &Found) -> C
             .iter()
             .enumerate()
             .map(|(i, hit)| {
+                let effects = hit.effects.map(|e| format!(" [{e}]")).unwrap_or_default();
                 format!(
-                    "{}. {} ({}) - {}",
+                    "{}. {}{effects} ({}) - {}",
                     i + 1,
-                    hit.name,
+                    hit.signature,
                     hit.server,
                     hit.description
                 )
