@@ -157,10 +157,22 @@ impl Serving {
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log).expect("log file")),
         );
-        wait_until("mcpgw to listen", Duration::from_secs(60), || {
-            reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz"))
-                .is_ok_and(|r| r.status().is_success())
-        });
+        // The listener answers before the servers have connected: wait for them to settle.
+        wait_until(
+            "mcpgw to listen and its servers to settle",
+            Duration::from_secs(60),
+            || {
+                reqwest::blocking::get(format!("http://127.0.0.1:{port}/healthz"))
+                    .ok()
+                    .filter(|r| r.status().is_success())
+                    .and_then(|r| r.json::<Value>().ok())
+                    .is_some_and(|health| {
+                        health["servers"]
+                            .as_array()
+                            .is_some_and(|servers| servers.iter().all(|s| s["state"] != "starting"))
+                    })
+            },
+        );
         Serving { proc, port, log }
     }
 
