@@ -227,11 +227,16 @@ fn a_busy_session_stays_open_and_an_idle_one_still_closes() {
         "everything__echo",
         json!({"message": "x"}),
     );
-    // Only direct calls for longer than the idle limit.
+    // Only direct calls, each taking a second upstream, for longer than the idle limit.
+    let slow = json!({"duration": 1, "steps": 1});
     for id in 0..14 {
-        let (status, _, body) = session.call(id, "everything__echo", json!({"message": "x"}), None);
+        let (status, _, body) = session.call(
+            id,
+            "everything__trigger-long-running-operation",
+            slow.clone(),
+            None,
+        );
         assert_eq!(status, 200, "call {id}: {body}");
-        std::thread::sleep(Duration::from_secs(1));
     }
     assert_eq!(metric(&gateway, DIRECT), base + 14.0);
     let (status, _, body) =
@@ -241,7 +246,10 @@ fn a_busy_session_stays_open_and_an_idle_one_still_closes() {
         "the session path still knows the session: {body}"
     );
 
-    std::thread::sleep(Duration::from_secs(12));
+    // Left alone, rmcp ends it after the idle limit: the gateway counts it gone.
+    wait_until("the idle session to end", Duration::from_secs(30), || {
+        metric(&gateway, "mcpgw_sessions_open") == 0.0
+    });
     let (status, _, body) = session.call(100, "everything__echo", json!({"message": "x"}), None);
     assert_eq!(
         status, 404,

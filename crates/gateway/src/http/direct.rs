@@ -11,7 +11,9 @@
 //! audit record is the one the session path runs) and writes the JSON-RPC answer as one
 //! `application/json` body.
 //!
-//! Only calls that cannot need the session's streams take this path: the session negotiated a
+//! A session is registered when its handler sees `notifications/initialized`, which rmcp hands
+//! over after answering that POST: a call sent at once may still take the session path, and is
+//! answered the same. Only calls that cannot need the session's streams take this path: the session negotiated a
 //! handshake-era revision, its client declared neither elicitation nor sampling (nothing can
 //! be asked of it mid-call), it did not ask for log messages (`logging/setLevel`), and the call
 //! carries no progress token. Everything else (other methods, a client that may be asked

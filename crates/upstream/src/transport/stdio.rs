@@ -30,7 +30,7 @@ use secrecy::ExposeSecret;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{ChildStdin, ChildStdout},
-    sync::watch,
+    sync::{oneshot, watch},
 };
 
 use crate::UpstreamError;
@@ -43,6 +43,8 @@ const TAIL_LINES: usize = 20;
 const TAIL_BYTES: usize = 4096;
 /// How long a child has to exit after stdin is closed, and again after SIGTERM.
 pub const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How long an ended child's stderr is read on before its exit is published.
+const STDERR_DRAIN: Duration = Duration::from_millis(500);
 
 /// POSIX signal numbers (the same on every Unix mcpgw runs on); process-wrap signals the whole
 /// group with them.
@@ -217,10 +219,13 @@ pub(crate) fn spawn(
     let stderr = child.stderr().take();
     tracing::debug!(%server, pid, "started stdio upstream");
     let tail = Arc::new(StderrTail::new(secrets));
+    // Dropped when the child's stderr has been read to its end (or was never piped).
+    let (stderr_open, stderr_read) = oneshot::channel::<()>();
     if let Some(stderr) = stderr {
         let server = server.to_owned();
         let tail = tail.clone();
         tokio::spawn(async move {
+            let _open = stderr_open;
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(mut line)) = lines.next_line().await {
                 cut(&mut line, MAX_STDERR_LINE);
@@ -231,7 +236,7 @@ pub(crate) fn spawn(
     }
     let (exit_tx, exit) = watch::channel(None);
     let (order_tx, order) = watch::channel(Order::Run);
-    tokio::spawn(watch_child(child, exit_tx, order));
+    tokio::spawn(watch_child(child, exit_tx, order, stderr_read));
     Ok(StdioChild {
         rw: AsyncRwTransport::new_client(stdout, stdin),
         watch: ChildWatch {
@@ -282,6 +287,7 @@ async fn watch_child(
     mut child: Box<dyn ChildWrapper>,
     exit: watch::Sender<Option<String>>,
     mut order: watch::Receiver<Order>,
+    stderr_read: oneshot::Receiver<()>,
 ) {
     let status = loop {
         // The direct child's own wait: the group's waits until every member has gone.
@@ -308,6 +314,10 @@ async fn watch_child(
         Ok(status) => describe(status),
         Err(error) => format!("an unknown status ({error})"),
     };
+    // The exit is published once the last of stderr has been read, so whoever reads the exit
+    // also reads the child's last words (a traceback is written just before the exit, and the
+    // pipe can still hold it). A grandchild that keeps the pipe open does not hold this up long.
+    let _ = tokio::time::timeout(STDERR_DRAIN, stderr_read).await;
     let _ = exit.send(Some(words));
     // Whatever else is left in the group goes with it; `wait` then reaps them all.
     let _ = child.signal(SIGKILL);
@@ -500,5 +510,35 @@ mod tests {
         let lines = tail.lines();
         assert_eq!(lines.len(), 1, "only the newest long line fits");
         assert!(lines.iter().map(String::len).sum::<usize>() <= TAIL_BYTES);
+    }
+}
+
+#[cfg(test)]
+mod child_tests {
+    use super::*;
+
+    /// A child that fills the pipe with its last words (up to 64 KiB wait there) and exits at once: whoever reads its exit reads them
+    /// too, every time (the exit used to be published before the stderr pipe was drained).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_exit_is_known_only_with_the_last_of_stderr() {
+        let server = ServerName::parse("crashing").expect("name");
+        let config = config::StdioTransport {
+            command: "sh".to_owned(),
+            args: vec![
+                "-c".to_owned(),
+                "seq 1 9000 >&2; echo 'last words' >&2; exit 3"
+                    .to_owned(),
+            ],
+            env: Default::default(),
+            cwd: None,
+        };
+        for _ in 0..20 {
+            let child = spawn(&server, &config).expect("spawn");
+            let watch = child.watch();
+            let exit = watch.exited_within(Duration::from_secs(10)).await;
+            assert_eq!(exit.as_deref(), Some("exit status 3"));
+            let words = watch.words().expect("words");
+            assert!(words.ends_with("9000\nlast words"), "{words}");
+        }
     }
 }
