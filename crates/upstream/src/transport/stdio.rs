@@ -526,8 +526,7 @@ mod child_tests {
             command: "sh".to_owned(),
             args: vec![
                 "-c".to_owned(),
-                "seq 1 9000 >&2; echo 'last words' >&2; exit 3"
-                    .to_owned(),
+                "seq 1 9000 >&2; echo 'last words' >&2; exit 3".to_owned(),
             ],
             env: Default::default(),
             cwd: None,
