@@ -1,6 +1,6 @@
 //! One function per command; each loads the configuration, does its job and cleans up.
 
-use std::{net::SocketAddr, path::Path, sync::Arc, time::Instant};
+use std::{net::SocketAddr, path::Path, sync::Arc};
 
 use anyhow::{Context, anyhow};
 use gateway::{
@@ -364,86 +364,36 @@ pub(crate) async fn servers_test(
         )));
     };
     let tested = test_server(&config, server).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&tested.json())?);
+    }
     match &tested.result {
-        Ok(names) => {
-            let status = &tested.status;
-            if json {
+        Ok(connected) => {
+            if !json {
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "server": name,
-                        "ok": true,
-                        "era": status.era,
-                        "protocol_version": status.protocol_version,
-                        "server_info": {"name": status.server_name, "version": status.server_version},
-                        "tool_count": names.len(),
-                        "tools": names,
-                        "connect_ms": status.connect_ms,
-                        "total_ms": tested.elapsed.as_millis() as u64,
-                    }))?
-                );
-            } else {
-                println!(
-                    "{}",
-                    render::server_test(name, status, names, tested.elapsed)
+                    render::server_test(name, &connected.status, &connected.tools, tested.elapsed)
                 );
             }
             Ok(())
         }
-        Err(error) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "server": name,
-                        "ok": false,
-                        "error": error.to_string(),
-                        "total_ms": tested.elapsed.as_millis() as u64,
-                    }))?
-                );
-            }
-            Err(Failure::from(anyhow!("server '{name}' failed: {error}")))
-        }
+        Err(error) => Err(Failure::from(anyhow!("server '{name}' failed: {error}"))),
     }
 }
 
-/// One server's connection test: what it negotiated and its tool names, or the failure.
-struct Tested {
-    status: upstream::ServerStatus,
-    result: Result<Vec<String>, upstream::UpstreamError>,
-    elapsed: std::time::Duration,
-}
-
-/// Connects to `server` alone, as `servers test` does: the handshake and one tool listing,
-/// then the session is closed (a stdio child is stopped).
-async fn test_server(config: &config::Config, mut server: config::ServerConfig) -> Tested {
-    // Testing a disabled server is a legitimate question; answer it.
-    server.enabled = true;
-    // Only an OAuth server needs the database (its tokens); a plain test leaves it untouched.
+/// [`gateway::test_server`] with the database opened for it when the server is configured for
+/// OAuth (its tokens), and closed after; a plain test leaves the database untouched.
+async fn test_server(config: &config::Config, server: config::ServerConfig) -> gateway::ServerTest {
     let store = if matches!(server.auth, config::Auth::OAuth(_)) {
         gateway::open_store(&config.store).await
     } else {
         None
     };
-    let mut config = config.clone();
-    config.servers = vec![server];
-    let gateway = Gateway::new(config, store);
-    let started = Instant::now();
-    let upstream = gateway.upstreams().servers()[0].clone();
-    let result = upstream.refresh_tools().await.map(|tools| {
-        tools
-            .iter()
-            .filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(str::to_owned))
-            .collect()
-    });
-    let elapsed = started.elapsed();
-    let status = upstream.status();
-    gateway.shutdown().await;
-    Tested {
-        status,
-        result,
-        elapsed,
+    let tested = gateway::test_server(config, server, store.clone()).await;
+    if let Some(store) = store {
+        store.close().await;
     }
+    tested
 }
 
 pub(crate) async fn servers_list(
@@ -554,8 +504,7 @@ async fn connect_all(config: &config::Config) -> usize {
             continue;
         };
         match &tested.result {
-            Ok(tools) => {
-                let status = &tested.status;
+            Ok(gateway::probe::Connected { status, tools }) => {
                 println!(
                     "connect {}: ok, {} tool{}, {} {} ({} era), {} ms",
                     server.name,

@@ -1,6 +1,9 @@
 //! mcpgw's configuration: the `mcpgw.toml` format, where to find it, and import of the
 //! `mcpServers` JSON that Claude Desktop, Cursor and VS Code use.
 //!
+//! Changes to a file's `[[servers]]` (the admin API's writes) are made by [`ConfigEdit`] with
+//! `toml_edit`, which keeps the comments and layout of everything it does not change.
+//!
 //! Loading has two stages: serde file types that reject unknown fields (`file`), then
 //! validation (`validate`) that returns a resolved [`Config`] or *every* problem, each with
 //! its path (`servers[1].timeout_s`) and, where one helps, a hint.
@@ -20,6 +23,7 @@ mod auth;
 mod check;
 mod discover;
 mod document;
+mod edit;
 mod error;
 mod file;
 mod import;
@@ -38,6 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
 pub use crate::check::{Environment, Finding, Report, Severity, ThisMachine, VarState, check};
 pub use crate::discover::discover;
+pub use crate::edit::{ConfigEdit, EditError};
 pub use crate::error::{ConfigError, Location, Problem};
 pub use crate::import::{Imported, import_mcp_servers_json};
 pub use crate::origin::{AllowedHost, AllowedOrigin};

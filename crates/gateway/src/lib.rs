@@ -19,6 +19,7 @@
 //!   (`relay`); a call a client cancels is cancelled upstream.
 
 mod audit;
+mod config_file;
 mod http;
 mod mcp;
 pub mod metrics;
@@ -26,6 +27,7 @@ pub mod oauth;
 pub mod overview;
 mod policy;
 mod principal;
+pub mod probe;
 pub mod records;
 mod reload;
 mod search;
@@ -51,6 +53,7 @@ pub use audit::{
     upstream_error_summary,
 };
 use catalog::{Catalog, SearchRequest, ServerTools};
+pub use config_file::{ChangeError, Changed, ServerChange};
 use ids::ServerName;
 pub use mcp::Front;
 use mcp::{changes, meta, relay, surface};
@@ -58,6 +61,7 @@ pub use policy::access::{self, Access};
 pub use policy::{ApproveError, DecisionError, HeldTool, held_json, may_decide};
 use policy::{approval, limits, pinning};
 pub use principal::Principal;
+pub use probe::{ServerTest, test_server};
 pub use reload::{RESTART_ONLY, ReloadError, ReloadReport, ReloadStatus};
 pub use search::{Found, FoundTool, Search};
 pub use semantic::Semantic;
@@ -78,6 +82,9 @@ pub struct Gateway {
     config: RwLock<Arc<config::Config>>,
     /// Reloads: one at a time, and how the last one went (`/healthz`).
     reloads: reload::Reloads,
+    /// Changes to the configuration file (`config_file`): one at a time, from reading the file
+    /// to applying what was written.
+    config_writes: tokio::sync::Mutex<()>,
     /// The database: the embedding cache and the OAuth tokens of upstreams.
     store: Option<store::Store>,
     /// The global network policy (`[network] allow`), built once: each upstream connects under
@@ -144,6 +151,7 @@ impl Gateway {
         let gateway = Arc::new(Self {
             config: RwLock::new(Arc::new(config)),
             reloads: reload::Reloads::default(),
+            config_writes: tokio::sync::Mutex::new(()),
             store,
             network,
             upstreams,

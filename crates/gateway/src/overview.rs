@@ -5,7 +5,8 @@
 //! `mcpgw tools --json` prints the same either way. Every type reads back from its JSON.
 //!
 //! Never a secret: a credential shows as its strategy and the names of the environment
-//! variables it is read from; an HTTP server's URL without user info, query or fragment (a JSON
+//! variables it is read from (`credentials`: each with where it is sent and whether it is set,
+//! and an OAuth server's stored sign-ins, whose and until when); an HTTP server's URL without user info, query or fragment (a JSON
 //! file served directly may keep a key there); a stdio server's command without its arguments
 //! or environment.
 
@@ -312,40 +313,20 @@ fn transport_row(transport: &config::Transport) -> TransportRow {
 /// Where `server`'s credentials come from: the strategy, the variables, and for OAuth the local
 /// user's sign-in (from the database, when open).
 async fn credential_row(gateway: &Gateway, server: &config::ServerConfig) -> CredentialRow {
+    let sources = credential_sources(server);
     let mut env: Vec<String> = Vec::new();
-    let auth = match &server.auth {
-        config::Auth::None => "none",
-        config::Auth::Bearer { env: var } => {
-            env.push(var.clone());
-            "bearer"
-        }
-        config::Auth::Header(header) => {
-            env.push(header.env.clone());
-            "header"
-        }
-        config::Auth::OAuth(oauth) => {
-            env.extend(oauth.client_secret_env.clone());
-            "oauth"
-        }
-    };
-    let values: Vec<&config::Value> = match &server.transport {
-        config::Transport::Stdio(stdio) => stdio.env.values().collect(),
-        config::Transport::Http(http) | config::Transport::Sse(http) => {
-            http.credential_headers().map(|(_, value)| value).collect()
-        }
-    };
-    for var in values.into_iter().filter_map(config::Value::env_var) {
-        if !env.iter().any(|known| known == var) {
-            env.push(var.to_owned());
+    for source in &sources {
+        if !env.contains(&source.env) {
+            env.push(source.env.clone());
         }
     }
     let unset = env
         .iter()
-        .filter(|var| std::env::var_os(var).is_none_or(|value| value.is_empty()))
+        .filter(|var| sources.iter().any(|s| &s.env == *var && !s.set))
         .cloned()
         .collect();
     let mut row = CredentialRow {
-        auth: auth.to_owned(),
+        auth: auth_word(&server.auth).to_owned(),
         env,
         unset,
         signed_in: None,
@@ -372,6 +353,142 @@ async fn credential_row(gateway: &Gateway, server: &config::ServerConfig) -> Cre
         }
     }
     row
+}
+
+/// `none`, `bearer`, `header` or `oauth`, as the file writes it.
+fn auth_word(auth: &config::Auth) -> &'static str {
+    match auth {
+        config::Auth::None => "none",
+        config::Auth::Bearer { .. } => "bearer",
+        config::Auth::Header(_) => "header",
+        config::Auth::OAuth(_) => "oauth",
+    }
+}
+
+/// One of a server's credentials, as `GET /admin/v1/servers/{name}/credentials` shows it:
+/// where it is sent and the variable it is read from, never its value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CredentialSource {
+    /// `auth` (the `bearer` or `header` strategy's credential), `header NAME` (a credential
+    /// header of an HTTP server), `env NAME` (a variable of a stdio server's environment), or
+    /// `client_secret` (OAuth).
+    pub used_for: String,
+    /// The environment variable of the gateway it is read from.
+    pub env: String,
+    /// Whether the gateway's environment sets it (to something not empty).
+    pub set: bool,
+}
+
+/// A stored OAuth sign-in to one server: whose, from which issuer, until when. Never a token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SignInRow {
+    /// `local`, `client:NAME` or `user:SUBJECT`.
+    pub principal: String,
+    pub issuer: String,
+    /// When its access token expires (Unix seconds), if the server said.
+    pub expires_at: Option<i64>,
+    pub expired: bool,
+    /// When it was last stored: signed in or renewed.
+    pub updated_at: i64,
+}
+
+/// Whether a server has a credential and where it comes from: `GET
+/// /admin/v1/servers/{name}/credentials`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CredentialsView {
+    pub server: ServerName,
+    /// The configured `auth`: `none`, `bearer`, `header` or `oauth`.
+    pub auth: String,
+    /// Whether any credential is configured: a strategy other than `none`, or a variable.
+    pub configured: bool,
+    pub sources: Vec<CredentialSource>,
+    /// OAuth: every principal's stored sign-in, from the database (`null` for other servers,
+    /// or when the gateway runs without its database).
+    pub sign_ins: Option<Vec<SignInRow>>,
+}
+
+/// Whether `server` has a credential and where each comes from; for OAuth, who has signed in.
+pub async fn credentials(gateway: &Gateway, server: &config::ServerConfig) -> CredentialsView {
+    let sources = credential_sources(server);
+    let oauth = matches!(server.auth, config::Auth::OAuth(_));
+    let sign_ins = match gateway.store() {
+        Some(store) if oauth => match store.list_credentials().await {
+            Ok(all) => Some(sign_ins_of(
+                &all,
+                &server.name,
+                std::time::SystemTime::now(),
+            )),
+            Err(error) => {
+                tracing::warn!(server = %server.name, %error, "cannot read the stored sign-ins");
+                None
+            }
+        },
+        _ => None,
+    };
+    CredentialsView {
+        server: server.name.clone(),
+        auth: auth_word(&server.auth).to_owned(),
+        configured: !matches!(server.auth, config::Auth::None) || !sources.is_empty(),
+        sources,
+        sign_ins,
+    }
+}
+
+fn sign_ins_of(
+    all: &[store::CredentialStatus],
+    server: &str,
+    now: std::time::SystemTime,
+) -> Vec<SignInRow> {
+    all.iter()
+        .filter(|signed_in| signed_in.server.as_str() == server)
+        .map(|signed_in| SignInRow {
+            principal: signed_in.principal.to_string(),
+            issuer: signed_in.issuer.clone(),
+            expires_at: signed_in.expires_at.map(store::time::unix_seconds),
+            expired: signed_in.expires_at.is_some_and(|at| at <= now),
+            updated_at: store::time::unix_seconds(signed_in.updated_at),
+        })
+        .collect()
+}
+
+/// Every credential of `server` that is read from a variable: its strategy's, its credential
+/// headers or stdio environment, an OAuth client secret; in that order.
+fn credential_sources(server: &config::ServerConfig) -> Vec<CredentialSource> {
+    let mut found: Vec<(String, &str)> = Vec::new();
+    match &server.auth {
+        config::Auth::None => {}
+        config::Auth::Bearer { env } => found.push(("auth".to_owned(), env)),
+        config::Auth::Header(header) => found.push(("auth".to_owned(), &header.env)),
+        config::Auth::OAuth(oauth) => {
+            if let Some(env) = &oauth.client_secret_env {
+                found.push(("client_secret".to_owned(), env));
+            }
+        }
+    }
+    match &server.transport {
+        config::Transport::Stdio(stdio) => {
+            for (name, value) in &stdio.env {
+                if let Some(var) = value.env_var() {
+                    found.push((format!("env {name}"), var));
+                }
+            }
+        }
+        config::Transport::Http(http) | config::Transport::Sse(http) => {
+            for (name, value) in http.credential_headers() {
+                if let Some(var) = value.env_var() {
+                    found.push((format!("header {name}"), var));
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|(used_for, env)| CredentialSource {
+            used_for,
+            set: std::env::var_os(env).is_some_and(|value| !value.is_empty()),
+            env: env.to_owned(),
+        })
+        .collect()
 }
 
 /// The tools of the catalog and the held ones, for `query`'s server and profile (both checked
@@ -521,5 +638,89 @@ pub async fn search(gateway: &Gateway, query: &SearchQuery) -> SearchReport {
         starting: found.starting,
         held: found.held,
         elapsed_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+
+    fn server(toml: &str) -> config::ServerConfig {
+        let text = format!("[[servers]]\nname = \"s\"\n{toml}");
+        config::parse_toml(&text, std::path::Path::new("/tmp/mcpgw.toml"))
+            .expect("config")
+            .servers
+            .remove(0)
+    }
+
+    fn sources(toml: &str) -> Vec<(String, String)> {
+        credential_sources(&server(toml))
+            .into_iter()
+            .map(|source| (source.used_for, source.env))
+            .collect()
+    }
+
+    #[test]
+    fn every_credential_is_named_by_where_it_is_sent_and_its_variable() {
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            sources(
+                "auth = { type = \"bearer\", env = \"S_TOKEN\" }\ntransport = { type = \"http\", url = \"https://s.example/mcp\", headers = { X-Api-Key = { env = \"S_KEY\" }, X-Team = \"infra\" } }\n"
+            ),
+            pairs(&[("auth", "S_TOKEN"), ("header X-Api-Key", "S_KEY")])
+        );
+        assert_eq!(
+            sources(
+                "transport = { type = \"stdio\", command = \"s\", env = { GITHUB_TOKEN = { env = \"GH\" }, LOG = \"debug\" } }\n"
+            ),
+            pairs(&[("env GITHUB_TOKEN", "GH")])
+        );
+        assert_eq!(
+            sources(
+                "auth = { type = \"oauth\", client_id = \"c\", client_secret_env = \"S_SECRET\" }\ntransport = { type = \"http\", url = \"https://s.example/mcp\" }\n"
+            ),
+            pairs(&[("client_secret", "S_SECRET")])
+        );
+        assert!(sources("transport = { type = \"stdio\", command = \"s\" }\n").is_empty());
+    }
+
+    #[test]
+    fn sign_ins_are_those_of_the_server_with_their_expiry() {
+        let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
+        let signed_in = |server: &str, principal: &str, expires: Option<u64>| {
+            store::CredentialStatus {
+                server: server.into(),
+                principal: principal.into(),
+                issuer: "https://idp.example".to_owned(),
+                expires_at: expires.map(at),
+                updated_at: at(1_000),
+            }
+        };
+        let all = [
+            signed_in("gh", "local", Some(3_000)),
+            signed_in("other", "local", None),
+            signed_in("gh", "client:ci", Some(1_500)),
+            signed_in("gh", "user:ann", None),
+        ];
+        let rows = sign_ins_of(&all, "gh", at(2_000));
+        let shown: Vec<(&str, Option<i64>, bool)> = rows
+            .iter()
+            .map(|row| (row.principal.as_str(), row.expires_at, row.expired))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("local", Some(3_000), false),
+                ("client:ci", Some(1_500), true),
+                ("user:ann", None, false)
+            ]
+        );
+        assert!(rows.iter().all(|row| row.updated_at == 1_000));
     }
 }

@@ -2,6 +2,7 @@
 
 mod admin_api;
 mod admin_records;
+mod admin_servers;
 mod approvals;
 mod audit_log;
 mod auth_headers;

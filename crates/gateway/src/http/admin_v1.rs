@@ -9,6 +9,10 @@
 //!   list (`mcpgw search --explain`); `strategy` overrides `[retrieval] strategy`, so the three
 //!   lists can be compared side by side.
 //!
+//! The writes under `/admin/v1/servers` (add, change, remove, enable, disable, test, and the
+//! credentials of one server) are `admin_servers`'; `POST /admin/v1/servers` is routed here,
+//! beside its `GET`.
+//!
 //! Behind the guard like every `/admin/*` route (on an open listener the admin token, never
 //! cross-site), and for admins only: the local user, or a principal whose profile says
 //! `admin = true` (403 otherwise). A bad parameter (missing `q`, `top_k` out of range, an
@@ -42,7 +46,7 @@ const DEFAULT_TOP_K: usize = 5;
 
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
-        .route(SERVERS_PATH, get(servers))
+        .route(SERVERS_PATH, get(servers).post(super::admin_servers::add))
         .route(TOOLS_PATH, get(tools))
         .route(SEARCH_PATH, get(search))
         .with_state(gateway)

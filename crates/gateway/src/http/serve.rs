@@ -1,9 +1,9 @@
 //! The two listeners: stdio (one client, the local user) and Streamable HTTP (`/mcp`, with
-//! `/healthz`, the sign-in endpoints `/oauth/*`, the admin routes (`/admin/*`, the read side
-//! `/admin/v1/*`, `/metrics`) and the protected-resource metadata beside it). Layers, outermost
-//! first: the request guard (`guard`: Host, Origin, the admin routes' rules) in front of
-//! everything, client auth (`client_auth`), and on `/mcp` the session binding
-//! (`session_owner`), `Mcp-Param-*` checks and JSON replies.
+//! `/healthz`, the sign-in endpoints `/oauth/*`, the admin routes (`/admin/*`, the admin API
+//! `/admin/v1/*`, `/metrics`), the console (`/ui`) and the protected-resource metadata beside
+//! it). Layers, outermost first: the request guard (`guard`: Host, Origin, the admin routes'
+//! rules) in front of everything, client auth (`client_auth`), and on `/mcp` the session
+//! binding (`session_owner`), `Mcp-Param-*` checks and JSON replies.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -291,6 +291,7 @@ fn app(
         .merge(login::routes(gateway.clone(), logins))
         .merge(crate::http::admin::routes(gateway.clone()))
         .merge(crate::http::admin_v1::routes(gateway.clone()))
+        .merge(crate::http::admin_servers::routes(gateway.clone()))
         .merge(crate::http::admin_records::routes(gateway.clone()))
         .merge(crate::http::console::routes(
             gateway.clone(),

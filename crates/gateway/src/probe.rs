@@ -1,0 +1,106 @@
+//! A connection test of one server, alone: the handshake and one tool listing on a session of
+//! its own, which then ends (a stdio child is stopped). What `mcpgw servers test NAME` prints
+//! and `POST /admin/v1/servers/{name}/test` answers, from this one function, in one JSON shape
+//! ([`ServerTest::json`]).
+//!
+//! The session is never the running gateway's: a test of a server that is serving calls does
+//! not disturb them, and a disabled server can be tested before it is enabled.
+
+use std::time::{Duration, Instant};
+
+use ids::ServerName;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// What a connection test found.
+pub struct ServerTest {
+    pub server: ServerName,
+    /// What the server negotiated and its tool names, or why the test failed.
+    pub result: Result<Connected, upstream::UpstreamError>,
+    /// From the start of the connection to the end of the listing.
+    pub elapsed: Duration,
+}
+
+/// A server that answered the test.
+pub struct Connected {
+    /// Its state after the listing: era, protocol version, `serverInfo`, connect time.
+    pub status: upstream::ServerStatus,
+    pub tools: Vec<String>,
+}
+
+impl ServerTest {
+    pub fn ok(&self) -> bool {
+        self.result.is_ok()
+    }
+
+    /// `{"server", "ok": true, "era", "protocol_version", "server_info", "tool_count",
+    /// "tools", "connect_ms", "total_ms"}`, or `{"server", "ok": false, "error", "total_ms"}`.
+    pub fn json(&self) -> Value {
+        let total_ms = u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX);
+        match &self.result {
+            Ok(Connected { status, tools }) => json!({
+                "server": self.server,
+                "ok": true,
+                "era": status.era,
+                "protocol_version": status.protocol_version,
+                "server_info": {"name": status.server_name, "version": status.server_version},
+                "tool_count": tools.len(),
+                "tools": tools,
+                "connect_ms": status.connect_ms,
+                "total_ms": total_ms,
+            }),
+            Err(error) => json!({
+                "server": self.server,
+                "ok": false,
+                "error": error.to_string(),
+                "total_ms": total_ms,
+            }),
+        }
+    }
+}
+
+/// Connects to `server` alone (enabled or not) under `config`'s network policy, lists its
+/// tools and disconnects. `store` gives a server configured for OAuth its tokens (the local
+/// user's); it is not closed here.
+pub async fn test_server(
+    config: &config::Config,
+    mut server: config::ServerConfig,
+    store: Option<store::Store>,
+) -> ServerTest {
+    // Testing a disabled server is a legitimate question; answer it.
+    server.enabled = true;
+    let name = server.name.clone();
+    let mut config = config.clone();
+    config.servers = vec![server];
+    let network = config.network.policy();
+    // Nobody listens: a test publishes no catalog.
+    let (changes, _ignored) = mpsc::unbounded_channel();
+    let oauth = store.map(crate::oauth::StoreOAuth::per_principal);
+    let upstreams = upstream::Upstreams::new(&config, &network, changes, oauth);
+    let started = Instant::now();
+    // `Upstreams` holds every enabled server, so this is always there.
+    let result = match upstreams.get(&name) {
+        Some(upstream) => connect(&upstream).await,
+        None => Err(upstream::UpstreamError::Disabled {
+            server: name.clone(),
+        }),
+    };
+    let elapsed = started.elapsed();
+    upstreams.shutdown().await;
+    ServerTest {
+        server: name,
+        result,
+        elapsed,
+    }
+}
+
+async fn connect(upstream: &upstream::Server) -> Result<Connected, upstream::UpstreamError> {
+    let tools = upstream.refresh_tools().await?;
+    Ok(Connected {
+        status: upstream.status(),
+        tools: tools
+            .iter()
+            .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+            .collect(),
+    })
+}
