@@ -61,6 +61,8 @@ impl ServerChange {
 /// What a change did: the reload it made, and what the caller should know.
 #[derive(Debug, Clone, Serialize)]
 pub struct Changed {
+    /// The servers the change was about, by the names the file gives them.
+    pub servers: Vec<String>,
     #[serde(flatten)]
     pub reload: ReloadReport,
     /// Said by an import: servers renamed, variables to export, fields left out.
@@ -98,7 +100,7 @@ impl Gateway {
         let path = self.config().source.clone();
         let text = read(&path).await?;
         let mut edit = config::ConfigEdit::parse(&text, &path).map_err(edit_error)?;
-        let warnings = make(&mut edit, change)?;
+        let (servers, warnings) = make(&mut edit, change)?;
         let changed = edit.text();
         config::parse(&changed, &path)
             .map_err(|error| refused(&error, "the configuration would not load"))?;
@@ -106,7 +108,11 @@ impl Gateway {
             write(&path, changed).await?;
         }
         match self.reload().await {
-            Ok(reload) => Ok(Changed { reload, warnings }),
+            Ok(reload) => Ok(Changed {
+                servers,
+                reload,
+                warnings,
+            }),
             Err(error) => Err(ChangeError::Conflict(format!(
                 "the change was written, but the file changed again before it was applied: {error}"
             ))),
@@ -114,23 +120,26 @@ impl Gateway {
     }
 }
 
-/// Makes `change` in `edit`; an import's warnings.
-fn make(edit: &mut config::ConfigEdit, change: ServerChange) -> Result<Vec<String>, ChangeError> {
-    match change {
-        ServerChange::Add(server) => edit.add(&server).map(drop),
+/// Makes `change` in `edit`: the servers it is about, and an import's warnings.
+fn make(
+    edit: &mut config::ConfigEdit,
+    change: ServerChange,
+) -> Result<(Vec<String>, Vec<String>), ChangeError> {
+    let name = match change {
+        ServerChange::Add(server) => edit.add(&server),
         ServerChange::Import(text) => {
             let imported = config::import_mcp_servers_json(&text)
                 .map_err(|error| refused(&error, "the pasted JSON is not usable"))?;
-            edit.add_imported(&imported.toml).map_err(edit_error)?;
-            return Ok(imported.warnings);
+            let names = edit.add_imported(&imported.toml).map_err(edit_error)?;
+            return Ok((names, imported.warnings));
         }
-        ServerChange::Replace(name, server) => edit.replace(&name, &server),
-        ServerChange::Patch(name, patch) => edit.patch(&name, &patch),
-        ServerChange::Remove(name) => edit.remove(&name),
-        ServerChange::Enable(name, enabled) => edit.set_enabled(&name, enabled),
+        ServerChange::Replace(name, server) => edit.replace(&name, &server).map(|()| name),
+        ServerChange::Patch(name, patch) => edit.patch(&name, &patch).map(|()| name),
+        ServerChange::Remove(name) => edit.remove(&name).map(|()| name),
+        ServerChange::Enable(name, enabled) => edit.set_enabled(&name, enabled).map(|()| name),
     }
     .map_err(edit_error)?;
-    Ok(Vec::new())
+    Ok((vec![name], Vec::new()))
 }
 
 fn edit_error(error: config::EditError) -> ChangeError {

@@ -693,15 +693,14 @@ mod tests {
     #[test]
     fn sign_ins_are_those_of_the_server_with_their_expiry() {
         let at = |s: u64| UNIX_EPOCH + Duration::from_secs(s);
-        let signed_in = |server: &str, principal: &str, expires: Option<u64>| {
-            store::CredentialStatus {
+        let signed_in =
+            |server: &str, principal: &str, expires: Option<u64>| store::CredentialStatus {
                 server: server.into(),
                 principal: principal.into(),
                 issuer: "https://idp.example".to_owned(),
                 expires_at: expires.map(at),
                 updated_at: at(1_000),
-            }
-        };
+            };
         let all = [
             signed_in("gh", "local", Some(3_000)),
             signed_in("other", "local", None),

@@ -154,6 +154,7 @@ fn a_server_is_added_changed_disabled_enabled_and_removed_and_the_file_keeps_its
     let added = json!({"name": "time", "description": "added through the API",
         "trust_changes": true, "transport": {"type": "stdio", "command": time}});
     let report = admin.write("POST", "/admin/v1/servers", added, 201);
+    assert_eq!(report["servers"], json!(["time"]), "{report}");
     assert_eq!(report["added"], json!(["time"]), "{report}");
     assert_eq!(report["unchanged"], json!(["clock"]), "{report}");
     assert_eq!(report["generation"], 1, "{report}");
@@ -389,6 +390,7 @@ fn pasted_servers_are_imported_without_their_secrets_and_their_credentials_are_s
     let (status, report, text) =
         admin.raw("POST", "/admin/v1/servers", Some(&pasted.to_string()), &[]);
     assert_eq!(status, 201, "{text}");
+    assert_eq!(report["servers"], json!(["Pasted-Clock"]), "{report}");
     assert_eq!(report["added"], json!(["Pasted-Clock"]), "{report}");
     let warnings = report["warnings"].to_string();
     assert!(
