@@ -2,11 +2,14 @@
 and Debian's chromedriver, as a person would, and reports what each page showed.
 
     .peers/venv/bin/python tests/clients/console_browser.py BASE_URL TOKEN OUT_DIR \
-        [--search QUERY] [--approve TOOL]
+        [--search QUERY] [--approve TOOL] [--add-server NAME COMMAND] [--test-server NAME]
 
 Opens BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), then every page: servers,
-tools, search (with QUERY), audit; with --approve it waits (up to 60 s) on the approvals page
-for a pending call of TOOL and presses its Approve button. A screenshot of each page goes to
+tools, search (with QUERY), audit; with --add-server it fills in the servers page's "Add a
+server" form (a stdio server NAME running COMMAND), reads the note the answer shows, and opens
+the new server's page to read its tools; with --test-server it opens NAME's page, presses
+Test and reads the report or the error; with --approve it waits (up to 60 s) on the approvals
+page for a pending call of TOOL and presses its Approve button. A screenshot of each page goes to
 OUT_DIR/<page>.png. Prints one JSON object: the landing URL, the session cookie's flags, and
 per page its title and what it listed. Exit 0 when the tour ran (the test judges the report),
 1 when the browser failed.
@@ -55,6 +58,10 @@ def tour(driver, args) -> dict:
     cookie = driver.get_cookie("mcpgw_console") or {}
     report["cookie"] = {k: cookie.get(k) for k in ("httpOnly", "sameSite", "path")}
     report["servers"] = servers
+    if args.add_server:
+        report["add_server"] = add_server(driver, args, out)
+    if args.test_server:
+        report["test_server"] = test_server(driver, args, out)
     tools = visit(driver, out, args.base, "/ui/tools", "tools")
     tools["names"] = texts(driver, "td.name")
     report["tools"] = tools
@@ -78,6 +85,45 @@ def tour(driver, args) -> dict:
     audit["rows"] = texts(driver, "table tr")[1:]
     report["audit"] = audit
     return report
+
+
+def add_server(driver, args, out: Path) -> dict:
+    name, command = args.add_server
+    driver.get(args.base + "/ui")
+    form = driver.find_element(By.ID, "add-server")
+    form.find_element(By.NAME, "name").send_keys(name)
+    form.find_element(By.NAME, "command").send_keys(command)
+    driver.save_screenshot(str(out / "server-add-form.png"))
+    form.find_element(By.TAG_NAME, "button").click()
+    # The answer is the servers page again, with a note saying what happened.
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "note"))
+    driver.save_screenshot(str(out / "server-added.png"))
+    note = driver.find_element(By.ID, "note").text
+    rows = texts(driver, "#servers tr")[1:]
+    driver.find_element(By.CSS_SELECTOR, f'#servers a[href="/ui/servers/{name}"]').click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "tools"))
+    driver.save_screenshot(str(out / "server.png"))
+    return {
+        "note": note,
+        "rows": rows,
+        "page": driver.current_url,
+        "state": driver.find_element(By.CSS_SELECTOR, "#server td.state").text,
+        "tools": texts(driver, "#tools td.name"),
+    }
+
+
+def test_server(driver, args, out: Path) -> dict:
+    driver.get(f"{args.base}/ui/servers/{args.test_server}")
+    driver.find_element(By.CSS_SELECTOR, "button.test").click()
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "test"))
+    driver.save_screenshot(str(out / "server-test.png"))
+    test = driver.find_element(By.ID, "test")
+    errors = texts(driver, "#test-error")
+    return {
+        "ok": "ok" in (test.get_attribute("class") or "").split(),
+        "text": test.text,
+        "error": errors[0] if errors else None,
+    }
 
 
 def approve(driver, args, out: Path) -> dict:
@@ -104,6 +150,8 @@ def main() -> int:
     parser.add_argument("out_dir")
     parser.add_argument("--search")
     parser.add_argument("--approve")
+    parser.add_argument("--add-server", nargs=2, metavar=("NAME", "COMMAND"))
+    parser.add_argument("--test-server", metavar="NAME")
     args = parser.parse_args()
     try:
         driver = browser()

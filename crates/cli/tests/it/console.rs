@@ -3,10 +3,14 @@
 //! server and a server that cannot be reached. The browser signs in through the link `serve`
 //! prints, reads the servers (the failing one with its cause), the tools and three ranked
 //! search lists, approves a call a real Python SDK client is waiting on (the call then
-//! completes), and finds it in the audit log. A screenshot of each page is kept under
-//! `target/test-artifacts/console/`. Without a browser, the session and form rules: no page
-//! without a session, a wrong token refused, a form with a stale CSRF token refused, a
-//! cross-site form post refused by the guard.
+//! completes), and finds it in the audit log. In a second run it adds a stdio server (the
+//! Python `mcp-server-time`) from the servers page's form and finds its tools on its page, and
+//! tests the unreachable server and reads why it failed. A screenshot of each page is kept
+//! under `target/test-artifacts/console/`. Without a browser, the session and form rules: no
+//! page without a session, a wrong token refused, a form with a stale CSRF token refused, a
+//! cross-site form post refused by the guard; and the server forms: a pasted `mcpServers`
+//! snippet added, disabled and removed, each in the file, a server the loader refuses shown
+//! with its problem (escaped) and the file untouched.
 
 use std::{path::PathBuf, process::Command, thread, time::Duration};
 
@@ -124,6 +128,73 @@ fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting
     }
 }
 
+#[test]
+fn in_chromium_a_server_is_added_from_the_console_form_and_a_failing_one_is_tested() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().canonicalize().expect("root");
+    let gateway = console_gateway(&dir);
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    let token = admin_token(&gateway);
+    let out = artifacts().join("servers");
+    let browser = Command::new(venv_bin("python"))
+        .arg(repo_root().join("tests/clients/console_browser.py"))
+        .args([&base, &token])
+        .arg(&out)
+        .args(["--add-server", "time", &venv_bin("mcp-server-time")])
+        .args(["--test-server", "broken"])
+        .output()
+        .expect("the browser driver runs");
+    assert!(
+        browser.status.success(),
+        "{}\n{}",
+        text(&browser.stderr),
+        gateway.log_text()
+    );
+    let report: Value = serde_json::from_slice(&browser.stdout).expect("report");
+
+    let added = &report["add_server"];
+    let note = added["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("Added time.") && note.contains("time: ready, 2 tools"),
+        "{report}"
+    );
+    assert!(
+        added["rows"].to_string().contains("time"),
+        "the new server is listed: {added}"
+    );
+    assert_eq!(added["page"], format!("{base}/ui/servers/time"));
+    assert_eq!(added["state"], "ready", "{added}");
+    assert_eq!(
+        added["tools"],
+        json!(["time__get_current_time", "time__convert_time"]),
+        "its tools on its page: {added}"
+    );
+    let tools = report["tools"]["names"].to_string();
+    assert!(
+        tools.contains("time__convert_time"),
+        "and in the catalog: {tools}"
+    );
+    let file = std::fs::read_to_string(gateway.log.with_file_name("mcpgw.toml")).expect("file");
+    assert!(
+        file.contains(&format!(
+            "name = \"time\"\ntransport = {{ type = \"stdio\", command = {:?} }}",
+            venv_bin("mcp-server-time")
+        )),
+        "{file}"
+    );
+
+    let tested = &report["test_server"];
+    assert_eq!(tested["ok"], false, "{tested}");
+    let error = tested["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("could not connect to 'broken'") && error.contains("connection refused"),
+        "the failing server's error, in words: {tested}"
+    );
+    for page in ["server-add-form", "server-added", "server", "server-test"] {
+        assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
+
 /// GET or POST `path` without following redirects: status, `Location`, body.
 fn raw(
     base: &str,
@@ -230,4 +301,96 @@ fn console_pages_need_a_session_and_forms_their_csrf_token() {
     assert!(csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"));
     assert_eq!(response.headers()["x-frame-options"], "DENY");
     assert_eq!(response.headers()["referrer-policy"], "same-origin");
+}
+
+/// Signs in with the link's token: the session's cookie and its CSRF token (from a form).
+fn console_session(base: &str, token: &str) -> (String, String) {
+    let client = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let signed = client
+        .get(format!("{base}/ui?token={token}"))
+        .send()
+        .expect("gateway reachable");
+    let cookie = signed.headers()["set-cookie"].to_str().expect("cookie");
+    let session = cookie.split(';').next().expect("name=value").to_owned();
+    let (_, _, page) = raw(base, "GET", "/ui", &[("cookie", &session)], "");
+    let (_, after) = page
+        .split_once("name=\"csrf\" value=\"")
+        .expect("a form with the CSRF token");
+    let csrf = after.split('"').next().expect("token").to_owned();
+    (session, csrf)
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    let mut form = url::form_urlencoded::Serializer::new(String::new());
+    for (name, value) in pairs {
+        form.append_pair(name, value);
+    }
+    form.finish()
+}
+
+#[test]
+fn console_server_forms_change_the_file_need_their_csrf_token_and_escape_what_they_show() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let gateway = console_gateway(root.path());
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    let (session, csrf) = console_session(&base, &admin_token(&gateway));
+    let cookie = [("cookie", session.as_str())];
+    let file = || std::fs::read_to_string(gateway.log.with_file_name("mcpgw.toml")).expect("file");
+    let original = file();
+
+    let snippet = json!({"mcpServers": {"clock": {"command": venv_bin("mcp-server-time")}}});
+    let forged = form(&[("csrf", "forged"), ("snippet", &snippet.to_string())]);
+    let (status, _, page) = raw(&base, "POST", "/ui/servers", &cookie, &forged);
+    assert_eq!(status, 403, "{page}");
+    assert_eq!(file(), original, "a forged form changes nothing");
+
+    let pasted = form(&[("csrf", &csrf), ("snippet", &snippet.to_string())]);
+    let (status, _, page) = raw(&base, "POST", "/ui/servers", &cookie, &pasted);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Added clock.") && page.contains("clock: ready, 2 tools"),
+        "{page}"
+    );
+    assert!(file().contains("name = \"clock\""));
+
+    let (_, _, page) = raw(&base, "GET", "/ui/servers/clock", &cookie, "");
+    assert!(
+        page.contains("clock__get_current_time"),
+        "its tools: {page}"
+    );
+    let token = form(&[("csrf", &csrf)]);
+    let (status, _, page) = raw(&base, "POST", "/ui/servers/clock/disable", &cookie, &token);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Disabled clock.") && page.contains("disabled"),
+        "{page}"
+    );
+    assert!(file().contains("enabled = false"));
+    assert!(
+        page.contains("button class=\"enable\""),
+        "now it can be enabled: {page}"
+    );
+    let (_, _, page) = raw(&base, "POST", "/ui/servers/clock/remove", &cookie, &token);
+    assert!(page.contains("Removed clock."), "{page}");
+    assert_eq!(file(), original, "the file as it was");
+
+    let hostile = form(&[
+        ("csrf", &csrf),
+        ("name", "<script>x</script>"),
+        ("command", "x"),
+    ]);
+    let (status, _, page) = raw(&base, "POST", "/ui/servers", &cookie, &hostile);
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Nothing changed") && page.contains("servers[2].name"),
+        "the loader's problem: {page}"
+    );
+    assert!(
+        page.contains("&lt;script&gt;x&lt;/script&gt;") && !page.contains("<script>"),
+        "escaped: {page}"
+    );
+    assert_eq!(file(), original);
 }

@@ -1,8 +1,11 @@
 //! The web console at `/ui`: server-rendered pages over the admin API's data, embedded in the
 //! binary (no script, no stylesheet or font from anywhere else; nothing to build with Node).
 //!
-//! - `/ui`: the servers, their state and why one failed; `/ui/tools`: every tool with its
-//!   token cost, pin state and annotations; `/ui/search?q=`: one query's BM25, vector and
+//! - `/ui`: the servers, their state and why one failed, and the forms that add one (fields,
+//!   or a pasted `mcpServers` snippet); `/ui/servers/{name}`: one server with its tools, and
+//!   the buttons that test, disable or enable, and remove it (module `servers`, through the
+//!   admin API's path: the configuration file is changed, checked and reloaded);
+//!   `/ui/tools`: every tool with its token cost, pin state and annotations; `/ui/search?q=`: one query's BM25, vector and
 //!   hybrid lists side by side with their scores; `/ui/approvals`: the calls waiting for a
 //!   person (approve, with the arguments edited or not; reject, with a reason) and the tools
 //!   held because their definitions changed (trust the new one); `/ui/audit`: the newest
@@ -49,6 +52,8 @@ use crate::{
     sync::lock,
 };
 
+mod servers;
+
 /// The console's cookie.
 const COOKIE: &str = "mcpgw_console";
 /// How long a console session lasts.
@@ -91,6 +96,12 @@ pub(crate) fn routes(gateway: Arc<Gateway>, admin_token: Option<AdminToken>) -> 
         .route("/ui/approvals/{id}/approve", post(approve))
         .route("/ui/approvals/{id}/reject", post(reject))
         .route("/ui/held/approve", post(trust_held))
+        .route("/ui/servers", post(servers::add))
+        .route("/ui/servers/{name}", get(servers::server_page))
+        .route("/ui/servers/{name}/test", post(servers::test))
+        .route("/ui/servers/{name}/enable", post(servers::enable))
+        .route("/ui/servers/{name}/disable", post(servers::disable))
+        .route("/ui/servers/{name}/remove", post(servers::remove))
         .with_state(console)
 }
 
@@ -209,41 +220,7 @@ async fn servers_page(
     let Some(session) = console.session(&headers) else {
         return to_login();
     };
-    let mut body = String::from(
-        "<h1>Servers</h1><table><tr><th>server</th><th>state</th><th>protocol</th><th>tools</th><th>held</th><th>transport</th><th>credential</th></tr>",
-    );
-    for server in overview::servers(&console.gateway).await {
-        let state = match &server.reason {
-            Some(reason) => format!(
-                "{}<div class=\"why\">{}</div>",
-                esc(&server.state),
-                esc(reason)
-            ),
-            None => esc(&server.state),
-        };
-        let transport = match &server.transport {
-            overview::TransportRow::Stdio { command } => format!("stdio: {}", esc(command)),
-            overview::TransportRow::Http { url } => format!("http: {}", esc(url)),
-            overview::TransportRow::Sse { url } => format!("sse: {}", esc(url)),
-        };
-        let _ = write!(
-            body,
-            "<tr class=\"{}\"><td>{}</td><td>{state}</td><td>{}</td><td>{}</td><td>{}</td><td>{transport}</td><td>{}{}</td></tr>",
-            esc(&server.state),
-            esc(&server.name),
-            esc(server.protocol_version.as_deref().unwrap_or("")),
-            server.tool_count.map(|n| n.to_string()).unwrap_or_default(),
-            server.held,
-            esc(&server.credential.auth),
-            if server.credential.env.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", esc(&server.credential.env.join(", ")))
-            },
-        );
-    }
-    body.push_str("</table>");
-    page("Servers", "/ui", &session, &body)
+    servers::servers_body(&console, &session, None).await
 }
 
 async fn tools_page(State(console): Shared, headers: HeaderMap) -> Response {
@@ -651,7 +628,9 @@ nav a.here{color:#fff;font-weight:600}nav form{display:inline;float:right}\
 main{padding:16px}table{border-collapse:collapse}td,th{border-bottom:1px solid #ddd;padding:4px 8px;text-align:left;vertical-align:top}\
 tr.failed td,tr.unresponsive td{background:#fff0f0}.why{color:#a00}.name{font-family:monospace}\
 .lists{display:flex;gap:24px}.list{flex:1}.score{color:#666}.desc{color:#555;font-size:12px}\
-.approval{border:1px solid #ccc;padding:8px;margin:8px 0}.note{background:#eef;padding:8px}";
+.approval{border:1px solid #ccc;padding:8px;margin:8px 0}.note{background:#eef;padding:8px}\
+.card{border:1px solid #ccc;padding:8px 12px;margin:12px 0;max-width:760px}.hint{color:#555;font-size:12px}\
+form.inline{display:inline}section.test{border:1px solid #ccc;padding:8px;margin:12px 0}section.test.failed{background:#fff0f0}";
 
 const NAV: [(&str, &str); 5] = [
     ("/ui", "Servers"),
