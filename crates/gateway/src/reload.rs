@@ -1,9 +1,9 @@
 //! Reloading the configuration while serving: [`Gateway::apply`] is the one path a new
-//! configuration takes into a running gateway (SIGHUP and the file watch through
-//! [`Gateway::reload`]; the admin API's writes later). An admin write that edits the file
-//! (`toml_edit`) should then call [`Gateway::reload`] rather than `apply`: it checks what was
-//! written with the start-up loader and records the text, so the watch does not apply it a
-//! second time.
+//! configuration takes into a running gateway (SIGHUP, the file watch, and the admin API's and
+//! console's server writes, all through [`Gateway::reload`]). A write edits the file
+//! (`config_file`, with `toml_edit`) and then calls [`Gateway::reload`] rather than `apply`: it
+//! checks what was written with the start-up loader and records the text, so the watch does not
+//! apply it a second time.
 //!
 //! A reload is all or nothing up to the servers: the file is read and checked by the same
 //! loader as at start-up, and a file that does not load changes nothing (the log and
