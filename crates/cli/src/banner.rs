@@ -154,6 +154,7 @@ mod tests {
             server_version: None,
             tool_count: tools,
             connect_ms: None,
+            last_error: None,
             last_change: None,
         }
     }

@@ -25,7 +25,8 @@ pub struct ServerRow {
     /// `idle`, `starting`, `connecting`, `ready`, `failed`, `unresponsive`, or `disabled`
     /// (`enabled = false`: never connected).
     pub state: String,
-    /// Why it failed or stopped answering: its last error, the cause in words.
+    /// Why it failed or stopped answering: its last error, the cause in words (also while a
+    /// server that failed is `connecting` again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The protocol era it negotiated: `modern` or `legacy`.
@@ -263,6 +264,11 @@ pub async fn servers(gateway: &Gateway) -> Vec<ServerRow> {
                 upstream::ServerState::Failed { reason }
                 | upstream::ServerState::Unresponsive { reason },
             ) => (status_word(status.as_ref()), Some(reason.clone())),
+            // Between attempts of a server that keeps failing: why the last one failed.
+            Some(upstream::ServerState::Connecting) => (
+                status_word(status.as_ref()),
+                status.as_ref().and_then(|s| s.last_error.clone()),
+            ),
             Some(_) => (status_word(status.as_ref()), None),
         };
         let status = status.as_ref();

@@ -119,6 +119,10 @@ pub struct ServerStatus {
     pub tool_count: Option<usize>,
     /// How long the last successful connect took.
     pub connect_ms: Option<u64>,
+    /// The reason of the last failure, kept while the server is being reconnected (its state
+    /// then says `connecting`) and cleared once it is ready again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
     #[serde(skip)]
     pub last_change: Option<SystemTime>,
 }
@@ -213,6 +217,7 @@ impl Server {
                 server_version: None,
                 tool_count: None,
                 connect_ms: None,
+                last_error: None,
                 last_change: None,
             }),
             tools: Mutex::new(None),
@@ -553,6 +558,7 @@ impl Server {
         if status.state != ServerState::Starting {
             status.state = ServerState::Ready;
         }
+        status.last_error = None;
         status.era = Some(connected.era);
         status.protocol_version = Some(connected.protocol_version.clone());
         status.server_name = connected.server_name.clone();
@@ -880,6 +886,13 @@ impl Server {
 
     fn set_state(&self, state: ServerState) {
         let mut status = lock(&self.status);
+        match &state {
+            ServerState::Failed { reason } | ServerState::Unresponsive { reason } => {
+                status.last_error = Some(reason.clone());
+            }
+            ServerState::Ready => status.last_error = None,
+            _ => {}
+        }
         status.state = state;
         status.last_change = Some(SystemTime::now());
     }
