@@ -208,6 +208,10 @@ impl Pipeline<'_> {
             Resolution::Unknown => return call.refuse(&catalog, &tool.name).respond(),
         };
         drop(catalog);
+        if let Some(trace) = call.caller.trace() {
+            trace.server(found.server());
+            trace.tool(&tool.name);
+        }
         call.record.begin(AuditRecord::begin(
             &call.access.principal,
             found.server(),
@@ -215,6 +219,9 @@ impl Pipeline<'_> {
             tool.arguments.as_ref(),
         ));
         let response = self.run_found(&tool, &found, call).await;
+        if let (Some(trace), Some(decision)) = (call.caller.trace(), call.record.decision()) {
+            trace.decision(&decision);
+        }
         call.record.finish(self.gateway, &response);
         response
     }
@@ -364,6 +371,10 @@ impl Pipeline<'_> {
             CallDecision::Held => "definition changed; held until approved",
             _ => "not in the caller's profile",
         };
+        if let Some(trace) = call.caller.trace() {
+            trace.server(server);
+            trace.decision(&why);
+        }
         self.gateway.audit(
             AuditRecord::begin(
                 &call.access.principal,
