@@ -284,7 +284,7 @@ mod tests {
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![[r#"
                 invalid configuration (1 problem):
-                  7:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`)"#]],
+                  7:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`, `telemetry`)"#]],
         );
     }
 

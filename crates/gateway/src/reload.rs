@@ -413,6 +413,8 @@ session_idle_s = 10
 max_sessions = 1
 max_sessions_per_principal = 1
 shutdown_grace_s = 1
+[telemetry]
+otlp_endpoint = "http://127.0.0.1:4318"
 "#,
         );
         let (_, kept) = keep_restart_only(&running, new);
