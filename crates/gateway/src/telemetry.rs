@@ -3,9 +3,10 @@
 //!
 //! What is traced (`span`): one SERVER span per client request, named for its MCP method, whose
 //! parent is the client's own trace context (the `traceparent` header of an HTTP request, else
-//! `params._meta.traceparent`, SEP-414); one CLIENT span per upstream `tools/call`, a child of it,
-//! whose context goes upstream in the request's `_meta` (and as headers over HTTP); one INTERNAL
-//! span per search. Attributes follow the OpenTelemetry MCP conventions (`mcp.method.name`,
+//! `params._meta.traceparent`, SEP-414); one CLIENT span per request made to an upstream for it
+//! (`tools/call`, `resources/read`, `prompts/get`, `completion/complete`), a child of it, whose
+//! context goes upstream in the request's `_meta` (and as headers over HTTP); one INTERNAL span
+//! per search. Attributes follow the OpenTelemetry MCP conventions (`mcp.method.name`,
 //! `gen_ai.tool.name`, `error.type`) plus mcpgw's own (`mcpgw.server`, `mcpgw.outcome`,
 //! `mcpgw.decision`). Never a tool's arguments or result, a search query, a header value, a
 //! session id or a principal other than a client key's name.
@@ -164,6 +165,15 @@ impl Telemetry {
             tracer,
             traces_url: Url::parse("http://collector.test/v1/traces").expect("url"),
         })
+    }
+}
+
+/// How `server` is reached, as an upstream request's span says it.
+pub(crate) fn transport(server: &upstream::Server) -> &'static str {
+    match server.config().transport {
+        config::Transport::Stdio(_) => "stdio",
+        config::Transport::Http(_) => "http",
+        config::Transport::Sse(_) => "sse",
     }
 }
 

@@ -86,6 +86,13 @@ pub struct TraceContext {
 }
 
 impl TraceContext {
+    /// A request `_meta` holding this context alone.
+    pub(crate) fn meta(&self) -> rmcp::model::RequestMetaObject {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        self.write(&mut meta);
+        meta
+    }
+
     /// Writes this context into a request's `_meta`.
     pub(crate) fn write(&self, meta: &mut rmcp::model::RequestMetaObject) {
         meta.set_traceparent(self.traceparent.clone());

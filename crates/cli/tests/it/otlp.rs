@@ -359,6 +359,7 @@ fn a_stdio_clients_meta_traceparent_is_the_parent_of_its_requests() {
         recorded_everything("everything", &wire),
     ));
     let (trace, client_span) = ("5ce0e9a56015fec5aadfa328ae398115", "ab54a98ceb1f0ad2");
+    let document = "mcpgw://everything/demo://resource/static/document/architecture.md";
     let path = config.path.display().to_string();
     let report = py_client_with(
         &[
@@ -371,11 +372,20 @@ fn a_stdio_clients_meta_traceparent_is_the_parent_of_its_requests() {
             "--",
         ],
         "legacy",
-        json!([{"op": "call_tool", "name": "everything__echo", "arguments": {"message": "x"},
-                "meta": {"traceparent": traceparent(trace, client_span)}}]),
+        json!([
+            {"op": "call_tool", "name": "everything__echo", "arguments": {"message": "x"},
+             "meta": {"traceparent": traceparent(trace, client_span)}},
+            {"op": "read_resource", "uri": document},
+            {"op": "get_prompt", "name": "everything__simple-prompt"},
+        ]),
         without_otel_env,
     );
-    assert!(report.to_string().contains("Echo: x"), "{report}");
+    assert!(
+        report["steps"][0].to_string().contains("Echo: x"),
+        "{report}"
+    );
+    assert!(report["steps"][1]["contents"].is_array(), "{report}");
+    assert!(report["steps"][2]["messages"].is_array(), "{report}");
 
     // The client closed stdin and the gateway stopped, sending its spans on the way out.
     let spans = receiver.trace(trace, 2);
@@ -387,13 +397,51 @@ fn a_stdio_clients_meta_traceparent_is_the_parent_of_its_requests() {
         "{request}"
     );
     let call = upstream_span(&spans, request);
+    let sent = std::fs::read_to_string(&wire).unwrap_or_default();
+    let sent_with = |method: &str| -> Vec<Value> {
+        sent.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|message| message["method"] == method)
+            .collect()
+    };
+    let calls = sent_with("tools/call");
+    assert_eq!(calls.len(), 1, "{calls:?}");
     let expected = traceparent(trace, call["span_id"].as_str().unwrap_or_default());
-    let sent = tools_calls(
-        &std::fs::read_to_string(&wire).unwrap_or_default(),
-        Value::clone,
+    assert_eq!(
+        calls[0]["params"]["_meta"]["traceparent"],
+        expected.as_str()
     );
-    assert_eq!(sent.len(), 1, "{sent:?}");
-    assert_eq!(sent[0]["params"]["_meta"]["traceparent"], expected.as_str());
+
+    // The requests without a trace context of their own began new traces, and their upstream
+    // requests are traced the same way.
+    let all = receiver.spans();
+    for (method, upstream_name) in [
+        ("resources/read", "resources/read"),
+        ("prompts/get", "prompts/get simple-prompt"),
+    ] {
+        let request = one(&all, &format!("{method} request span"), |span| {
+            span["span_kind"] == "SPAN_KIND_SERVER" && span["name"] == method
+        });
+        assert_eq!(request["parent_span_id"], "", "a new trace: {request}");
+        assert_eq!(request["attributes"]["mcpgw.server"], "everything");
+        assert_eq!(request["attributes"]["mcpgw.outcome"], "ok");
+        let upstream = upstream_span(&all, request);
+        assert_eq!(upstream["name"], upstream_name);
+        assert_eq!(upstream["trace_id"], request["trace_id"]);
+        assert_eq!(upstream["attributes"]["mcpgw.outcome"], "ok");
+        let expected = traceparent(
+            upstream["trace_id"].as_str().unwrap_or_default(),
+            upstream["span_id"].as_str().unwrap_or_default(),
+        );
+        let sent = sent_with(method);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0]["params"]["_meta"]["traceparent"], expected.as_str());
+    }
+    let exported = std::fs::read_to_string(&receiver.out).unwrap_or_default();
+    assert!(
+        !exported.contains("architecture.md"),
+        "a resource URI was exported"
+    );
 }
 
 #[test]

@@ -65,7 +65,7 @@ use crate::{
     mcp::{errors, result},
     principal::Principal,
     sync::lock,
-    telemetry::{RequestSpan, UpstreamSpan},
+    telemetry::{Called, Outcome, RequestSpan, UpstreamSpan},
 };
 
 /// `requestState` of a call parked while its 2026-07-28 client answers the upstream.
@@ -409,10 +409,10 @@ impl Running {
             Some((responses, state)) => (Some(responses), state),
             None => (None, None),
         };
-        let span = caller
-            .trace
-            .as_ref()
-            .map(|trace| trace.upstream_call(server.name(), tool, transport(&server)));
+        let span = caller.trace.as_ref().map(|trace| {
+            let called = Called::tool("tools/call", tool);
+            trace.upstream(&called, server.name(), crate::telemetry::transport(&server))
+        });
         let options = CallOptions {
             progress: Some(progress_tx),
             asks: Some(asks_tx),
@@ -444,7 +444,7 @@ impl Running {
     async fn next(&mut self, caller: &Caller) -> Step {
         let step = self.step(caller).await;
         if let (Step::Done(result), Some(span)) = (&step, &self.span) {
-            span.finish(result);
+            span.finish(result.as_ref().map(Outcome::of_call));
         }
         step
     }
@@ -698,15 +698,6 @@ pub(crate) async fn resume(
             }
             Ok(CallToolResponse::Complete(result::upstream_failure(&error)))
         }
-    }
-}
-
-/// How `server` is reached, as the upstream call's span says it.
-fn transport(server: &Server) -> &'static str {
-    match server.config().transport {
-        config::Transport::Stdio(_) => "stdio",
-        config::Transport::Http(_) => "http",
-        config::Transport::Sse(_) => "sse",
     }
 }
 

@@ -116,28 +116,6 @@ fn answered<T>(_: &T) -> Outcome {
     Outcome::Ok
 }
 
-fn call_outcome(response: &CallToolResponse) -> Outcome {
-    match response {
-        CallToolResponse::Complete(result) if result.is_error == Some(true) => Outcome::ToolError,
-        CallToolResponse::InputRequired(_) => Outcome::InputRequired,
-        _ => Outcome::Ok,
-    }
-}
-
-fn prompt_outcome(response: &GetPromptResponse) -> Outcome {
-    match response {
-        GetPromptResponse::InputRequired(_) => Outcome::InputRequired,
-        _ => Outcome::Ok,
-    }
-}
-
-fn read_outcome(response: &ReadResourceResponse) -> Outcome {
-    match response {
-        ReadResourceResponse::InputRequired(_) => Outcome::InputRequired,
-        _ => Outcome::Ok,
-    }
-}
-
 impl ServerHandler for Traced {
     async fn ping(&self, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         let describe = |_: &()| Called::method(Ping::VALUE);
@@ -204,7 +182,7 @@ impl ServerHandler for Traced {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let handle = |request, cx| self.0.get_prompt(request, cx);
-        self.traced(request, context, prompt_called, handle, prompt_outcome)
+        self.traced(request, context, prompt_called, handle, Outcome::of_prompt)
             .await
     }
 
@@ -248,7 +226,7 @@ impl ServerHandler for Traced {
     ) -> Result<ReadResourceResponse, McpError> {
         let handle = |request, cx| self.0.read_resource(request, cx);
         let describe = |_: &_| Called::method(ReadResource::VALUE);
-        self.traced(request, context, describe, handle, read_outcome)
+        self.traced(request, context, describe, handle, Outcome::of_read)
             .await
     }
 
@@ -302,7 +280,7 @@ impl ServerHandler for Traced {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let handle = |request, cx| self.0.call_tool(request, cx);
-        self.traced(request, context, tool_called, handle, call_outcome)
+        self.traced(request, context, tool_called, handle, Outcome::of_call)
             .await
     }
 

@@ -6,7 +6,8 @@
 //!   it holds a valid one, else `params._meta.traceparent` (SEP-414); else a new trace begins.
 //!   It travels with the request in rmcp's request extensions, so the steps serving the request
 //!   add to it (`mcpgw.server`, `mcpgw.tool`, `mcpgw.decision`) and hang children off it.
-//! - [`UpstreamSpan`]: one per upstream `tools/call` (kind CLIENT), a child of the request's.
+//! - [`UpstreamSpan`]: one per request to an upstream (kind CLIENT: `tools/call`,
+//!   `resources/read`, `prompts/get`, `completion/complete`), a child of the request's.
 //!   Its own context is what the upstream receives ([`UpstreamSpan::trace_context`]), so the
 //!   upstream's spans, if it makes any, are its children.
 //! - [`SearchSpan`]: one per search (kind INTERNAL): the strategy that answered, how many tools
@@ -26,7 +27,7 @@ use opentelemetry::{
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use rmcp::{
     ErrorData as McpError, RoleServer,
-    model::{CallToolResponse, Extensions, MetaObject},
+    model::{CallToolResponse, Extensions, GetPromptResponse, MetaObject, ReadResourceResponse},
     service::RequestContext,
 };
 use upstream::UpstreamError;
@@ -138,27 +139,29 @@ impl RequestSpan {
         span.end();
     }
 
-    /// Starts the span of one upstream `tools/call` of `tool` (its upstream name) on `server`,
+    /// Starts the span of one upstream request, `called` (its upstream names), on `server`
     /// reached over `transport` (`stdio`, `http`, `sse`).
-    pub(crate) fn upstream_call(
+    pub(crate) fn upstream(
         &self,
+        called: &Called<'_>,
         server: &str,
-        tool: &str,
         transport: &'static str,
     ) -> UpstreamSpan {
-        let tool = short(tool);
+        let name = match called.target {
+            Some((_, target)) => format!("{} {}", called.method, short(target)),
+            None => called.method.to_owned(),
+        };
+        let mut attributes = called.attributes();
+        attributes.extend([
+            KeyValue::new("mcpgw.server", short(server)),
+            KeyValue::new("mcpgw.transport", transport),
+            KeyValue::new("network.transport", network_transport(transport)),
+        ]);
         let tracer = self.telemetry.tracer();
         let span = tracer
-            .span_builder(format!("tools/call {tool}"))
+            .span_builder(name)
             .with_kind(SpanKind::Client)
-            .with_attributes([
-                KeyValue::new("mcp.method.name", "tools/call"),
-                KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                KeyValue::new("gen_ai.tool.name", tool),
-                KeyValue::new("mcpgw.server", short(server)),
-                KeyValue::new("mcpgw.transport", transport),
-                KeyValue::new("network.transport", network_transport(transport)),
-            ])
+            .with_attributes(attributes)
             .start_with_context(tracer, &self.cx);
         UpstreamSpan {
             cx: self.cx.with_span(span),
@@ -197,18 +200,18 @@ impl UpstreamSpan {
     }
 
     /// Ends the span with the upstream's answer, or why there is none.
-    pub(crate) fn finish(&self, result: &Result<CallToolResponse, UpstreamError>) {
+    pub(crate) fn finish(&self, result: Result<Outcome, &UpstreamError>) {
         let span = self.cx.span();
         match result {
-            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+            Ok(Outcome::ToolError) => {
                 span.set_attribute(KeyValue::new(OUTCOME, "tool_error"));
                 span.set_attribute(KeyValue::new("error.type", "tool_error"));
                 span.set_status(Status::error("the tool call ended with isError"));
             }
-            Ok(CallToolResponse::InputRequired(_)) => {
+            Ok(Outcome::InputRequired) => {
                 span.set_attribute(KeyValue::new(OUTCOME, "input_required"));
             }
-            Ok(_) => span.set_attribute(KeyValue::new(OUTCOME, "ok")),
+            Ok(Outcome::Ok) => span.set_attribute(KeyValue::new(OUTCOME, "ok")),
             Err(error) => {
                 span.set_attribute(KeyValue::new(OUTCOME, "upstream_error"));
                 span.set_attribute(KeyValue::new("error.type", error_type(error.cause())));
@@ -326,6 +329,35 @@ pub(crate) enum Outcome {
     ToolError,
     /// An `input_required` result: the client is to answer and retry.
     InputRequired,
+}
+
+impl Outcome {
+    /// What a `tools/call` was answered.
+    pub(crate) fn of_call(response: &CallToolResponse) -> Outcome {
+        match response {
+            CallToolResponse::Complete(result) if result.is_error == Some(true) => {
+                Outcome::ToolError
+            }
+            CallToolResponse::InputRequired(_) => Outcome::InputRequired,
+            _ => Outcome::Ok,
+        }
+    }
+
+    /// What a `resources/read` was answered.
+    pub(crate) fn of_read(response: &ReadResourceResponse) -> Outcome {
+        match response {
+            ReadResourceResponse::InputRequired(_) => Outcome::InputRequired,
+            _ => Outcome::Ok,
+        }
+    }
+
+    /// What a `prompts/get` was answered.
+    pub(crate) fn of_prompt(response: &GetPromptResponse) -> Outcome {
+        match response {
+            GetPromptResponse::InputRequired(_) => Outcome::InputRequired,
+            _ => Outcome::Ok,
+        }
+    }
 }
 
 /// The request id, protocol revision, transport and (for a client key) the client's name.
@@ -527,9 +559,11 @@ mod tests {
         let request = RequestSpan::begin(&telemetry, &called, &client, Vec::new());
         request.server("everything");
         request.tool("everything__echo");
-        let upstream = request.upstream_call("everything", "echo", "stdio");
+        let upstream = request.upstream(&Called::tool("tools/call", "echo"), "everything", "stdio");
         let sent = upstream.trace_context().expect("a context to send");
-        upstream.finish(&Ok(CallToolResponse::Complete(Default::default())));
+        upstream.finish(Ok(Outcome::of_call(&CallToolResponse::Complete(
+            Default::default(),
+        ))));
         request.finish(Ok(Outcome::Ok));
 
         let request = collected.named("tools/call");
@@ -574,8 +608,8 @@ mod tests {
             &Context::new(),
             Vec::new(),
         );
-        let upstream = request.upstream_call("a", "b", "http");
-        upstream.finish(&Err(UpstreamError::Rpc {
+        let upstream = request.upstream(&Called::tool("tools/call", "b"), "a", "http");
+        upstream.finish(Err(&UpstreamError::Rpc {
             server: "a".into(),
             code: -32603,
             message: "upstream words sk-12345".to_owned(),

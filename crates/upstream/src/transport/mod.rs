@@ -41,10 +41,13 @@ pub(crate) fn trace_headers(message: &ClientJsonRpcMessage) -> Vec<(HeaderName, 
         return Vec::new();
     };
     let request = &request.request;
-    // A request read from JSON keeps its `_meta` in its extensions; a `tools/call` built here
-    // keeps it in its params (where `TraceContext::write` puts it) until it is serialised.
+    // A request read from JSON keeps its `_meta` in its extensions; one built here keeps it in
+    // its params (where `TraceContext::write` puts it) until it is serialised.
     let in_params = match request {
         ClientRequest::CallToolRequest(call) => call.params.meta.as_ref(),
+        ClientRequest::ReadResourceRequest(read) => read.params.meta.as_ref(),
+        ClientRequest::GetPromptRequest(get) => get.params.meta.as_ref(),
+        ClientRequest::CompleteRequest(complete) => complete.params.meta.as_ref(),
         _ => None,
     };
     let Some(meta) = [in_params, Some(request.get_meta())]
@@ -134,6 +137,29 @@ mod tests {
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","_meta":{{"traceparent":"{parent}"}}}}}}"#
         );
         assert_eq!(headers_of(&no_state).len(), 1);
+    }
+
+    #[test]
+    fn a_resource_read_or_prompt_built_here_sends_its_context_too() {
+        let context = crate::TraceContext {
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            tracestate: Some("a=1".to_owned()),
+        };
+        let mut read = rmcp::model::ReadResourceRequestParams::new("demo://x");
+        read.meta = Some(context.meta());
+        let mut prompt = rmcp::model::GetPromptRequestParams::new("p");
+        prompt.meta = Some(context.meta());
+        for request in [
+            ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(read)),
+            ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(prompt)),
+        ] {
+            let message = ClientJsonRpcMessage::request(request, rmcp::model::RequestId::Number(2));
+            let names: Vec<String> = trace_headers(&message)
+                .into_iter()
+                .map(|(name, _)| name.to_string())
+                .collect();
+            assert_eq!(names, ["traceparent", "tracestate"]);
+        }
     }
 
     #[test]

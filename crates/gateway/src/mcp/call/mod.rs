@@ -219,7 +219,10 @@ impl Pipeline<'_> {
             tool.arguments.as_ref(),
         ));
         let response = self.run_found(&tool, &found, call).await;
-        if let (Some(trace), Some(decision)) = (call.caller.trace(), call.record.decision()) {
+        // The record is read only for a traced call: untraced, this costs nothing.
+        if let Some(trace) = call.caller.trace()
+            && let Some(decision) = call.record.decision()
+        {
             trace.decision(&decision);
         }
         call.record.finish(self.gateway, &response);
