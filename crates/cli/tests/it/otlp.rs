@@ -184,6 +184,99 @@ fn telemetry_table(receiver: &Receiver) -> String {
     )
 }
 
+/// The Python SDK client over HTTP with the client key `key` and a `traceparent` header.
+fn traced_client(gateway: &Gateway, key: &str, header: &str, era: &str, script: Value) -> Value {
+    py_client(
+        &[
+            "--url",
+            &gateway.url(),
+            "--header",
+            &format!("Authorization: Bearer {key}"),
+            "--header",
+            &format!("traceparent: {header}"),
+        ],
+        era,
+        script,
+    )
+}
+
+/// The request span of the `tools/call` of `tool` routed to `server`, and its upstream call's
+/// span, checked.
+fn traced_call<'a>(
+    spans: &'a [Value],
+    tool: &str,
+    server: &str,
+    transport: &str,
+) -> (&'a Value, &'a Value) {
+    let request = call_span(spans, tool);
+    let attributes = &request["attributes"];
+    assert_eq!(attributes["mcp.method.name"], "tools/call", "{request}");
+    assert_eq!(attributes["mcpgw.server"], server, "{request}");
+    assert_eq!(attributes["mcpgw.decision"], "allowed", "{request}");
+    assert_eq!(attributes["mcpgw.outcome"], "ok", "{request}");
+    let call = upstream_span(spans, request);
+    assert_eq!(call["name"], "tools/call echo", "{call}");
+    assert_eq!(call["trace_id"], request["trace_id"], "{call}");
+    assert_eq!(call["attributes"]["mcpgw.server"], server, "{call}");
+    assert_eq!(call["attributes"]["mcpgw.transport"], transport, "{call}");
+    assert_eq!(call["attributes"]["mcpgw.outcome"], "ok", "{call}");
+    (request, call)
+}
+
+/// The `traceparent` an upstream must have received for the request whose span is `span`.
+fn sent_for(span: &Value) -> String {
+    traceparent(
+        span["trace_id"].as_str().unwrap_or_default(),
+        span["span_id"].as_str().unwrap_or_default(),
+    )
+}
+
+/// Every request span of the HTTP session: a child of the client's span, from client `ci`.
+fn check_request_spans(spans: &[Value], client_span: &str) {
+    let requests = spans
+        .iter()
+        .filter(|s| s["span_kind"] == "SPAN_KIND_SERVER");
+    for span in requests {
+        assert_eq!(span["parent_span_id"], client_span, "{span}");
+        assert_eq!(span["resource"]["service.name"], "mcpgw-e2e", "{span}");
+        assert_eq!(span["attributes"]["mcpgw.client"], "ci", "{span}");
+        assert_eq!(span["attributes"]["network.transport"], "tcp", "{span}");
+    }
+}
+
+/// The search span under the `search_tools` request span, checked.
+fn check_search(spans: &[Value]) {
+    let request = call_span(spans, "search_tools");
+    assert_eq!(request["attributes"]["mcpgw.outcome"], "ok");
+    let search = one(spans, "search span", |span| span["name"] == "search");
+    assert_eq!(search["parent_span_id"], request["span_id"]);
+    assert_eq!(search["attributes"]["mcpgw.search.strategy"], "bm25");
+    assert!(
+        search["attributes"]["mcpgw.search.results"].as_i64() >= Some(1),
+        "{search}"
+    );
+    assert_eq!(search["attributes"]["mcpgw.search.degraded"], false);
+}
+
+/// traced_server.py's one `tools/call` carried `expected` in its `_meta` and as its one
+/// `traceparent` header.
+fn check_http_upstream_received(record: &Path, expected: &str) {
+    let sent = tools_calls(
+        &std::fs::read_to_string(record).unwrap_or_default(),
+        |entry| entry["body"].clone(),
+    );
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["body"]["params"]["_meta"]["traceparent"], expected);
+    let headers: Vec<&Value> = sent[0]["headers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|header| header[0] == "traceparent")
+        .collect();
+    assert_eq!(headers.len(), 1, "one traceparent header: {sent:?}");
+    assert_eq!(headers[0][1], expected);
+}
+
 #[test]
 fn a_clients_trace_continues_through_the_gateway_to_stdio_and_http_upstreams() {
     let records = tempfile::tempdir().expect("tempdir");
@@ -198,27 +291,17 @@ fn a_clients_trace_continues_through_the_gateway_to_stdio_and_http_upstreams() {
     ));
     let key = add_client(&config.path, "ci");
     let mut gateway = Gateway::start_with(config, "info", without_otel_env);
-    assert!(
-        gateway
-            .log_text()
-            .contains("exporting traces over OTLP/HTTP"),
-        "{}",
-        gateway.log_text()
-    );
+    let log = gateway.log_text();
+    assert!(log.contains("exporting traces over OTLP/HTTP"), "{log}");
 
     // A legacy session (its plain calls take the direct path) with a trace header on every
     // request; the last call also names another trace in `_meta`, which the header overrides.
     let (trace, client_span) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let ignored = "11111111111111111111111111111111";
-    let report = py_client(
-        &[
-            "--url",
-            &gateway.url(),
-            "--header",
-            &format!("Authorization: Bearer {key}"),
-            "--header",
-            &format!("traceparent: {}", traceparent(trace, client_span)),
-        ],
+    let report = traced_client(
+        &gateway,
+        &key,
+        &traceparent(trace, client_span),
         "legacy",
         json!([
             {"op": "call_tool", "name": "search_tools", "arguments": {"query": "echo"}},
@@ -228,22 +311,17 @@ fn a_clients_trace_continues_through_the_gateway_to_stdio_and_http_upstreams() {
              "meta": {"traceparent": traceparent(ignored, "2222222222222222")}},
         ]),
     );
+    let answered = |step: &Value| step.to_string().contains(ARGUMENT);
     assert!(
-        report["steps"][1].to_string().contains(ARGUMENT)
-            && report["steps"][2].to_string().contains(ARGUMENT),
-        "both calls went through: {report}"
+        answered(&report["steps"][1]) && answered(&report["steps"][2]),
+        "{report}"
     );
-    // A 2026-07-28 client (stateless requests through rmcp) with a trace of its own.
+    // A 2026-07-28 client (stateless requests, through rmcp) with a trace of its own.
     let (modern_trace, modern_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
-    let modern = py_client(
-        &[
-            "--url",
-            &gateway.url(),
-            "--header",
-            &format!("Authorization: Bearer {key}"),
-            "--header",
-            &format!("traceparent: {}", traceparent(modern_trace, modern_span)),
-        ],
+    let modern = traced_client(
+        &gateway,
+        &key,
+        &traceparent(modern_trace, modern_span),
         "modern",
         json!([{"op": "call_tool", "name": "call_tool",
                 "arguments": {"name": "everything__echo", "arguments": {"message": "m"}}}]),
@@ -253,46 +331,14 @@ fn a_clients_trace_continues_through_the_gateway_to_stdio_and_http_upstreams() {
     // The spans still queued are sent as the gateway stops.
     assert!(gateway.proc.terminate().success(), "{}", gateway.log_text());
     let spans = receiver.trace(trace, 6);
-
-    // Every request span of the session is a child of the client's span.
-    for span in spans
-        .iter()
-        .filter(|s| s["span_kind"] == "SPAN_KIND_SERVER")
-    {
-        assert_eq!(span["parent_span_id"], client_span, "{span}");
-        assert_eq!(span["resource"]["service.name"], "mcpgw-e2e", "{span}");
-        assert_eq!(span["attributes"]["mcpgw.client"], "ci", "{span}");
-        assert_eq!(span["attributes"]["network.transport"], "tcp", "{span}");
-    }
-    let search_request = call_span(&spans, "search_tools");
-    assert_eq!(search_request["attributes"]["mcpgw.outcome"], "ok");
-    let search = one(&spans, "search span", |span| span["name"] == "search");
-    assert_eq!(search["parent_span_id"], search_request["span_id"]);
-    assert_eq!(search["attributes"]["mcpgw.search.strategy"], "bm25");
-    assert!(
-        search["attributes"]["mcpgw.search.results"].as_i64() >= Some(1),
-        "{search}"
+    check_request_spans(&spans, client_span);
+    check_search(&spans);
+    let (stdio_request, stdio_call) = traced_call(&spans, "call_tool", "everything", "stdio");
+    assert_eq!(
+        stdio_request["attributes"]["mcpgw.tool"],
+        "everything__echo"
     );
-    assert_eq!(search["attributes"]["mcpgw.search.degraded"], false);
-
-    let stdio_request = call_span(&spans, "call_tool");
-    let attributes = &stdio_request["attributes"];
-    assert_eq!(attributes["mcp.method.name"], "tools/call");
-    assert_eq!(attributes["mcpgw.tool"], "everything__echo");
-    assert_eq!(attributes["mcpgw.server"], "everything");
-    assert_eq!(attributes["mcpgw.decision"], "allowed");
-    assert_eq!(attributes["mcpgw.outcome"], "ok");
-    let stdio_call = upstream_span(&spans, stdio_request);
-    assert_eq!(stdio_call["name"], "tools/call echo");
-    assert_eq!(stdio_call["attributes"]["mcpgw.server"], "everything");
-    assert_eq!(stdio_call["attributes"]["mcpgw.transport"], "stdio");
-    assert_eq!(stdio_call["attributes"]["mcpgw.outcome"], "ok");
-
-    let http_request = call_span(&spans, "traced__echo");
-    assert_eq!(http_request["attributes"]["mcpgw.server"], "traced");
-    let http_call = upstream_span(&spans, http_request);
-    assert_eq!(http_call["attributes"]["mcpgw.transport"], "http");
-    assert_eq!(http_call["attributes"]["mcpgw.outcome"], "ok");
+    let (_, http_call) = traced_call(&spans, "traced__echo", "traced", "http");
     assert!(
         receiver.spans().iter().all(|s| s["trace_id"] != ignored),
         "the header's trace wins over `_meta`'s"
@@ -303,49 +349,51 @@ fn a_clients_trace_continues_through_the_gateway_to_stdio_and_http_upstreams() {
         &std::fs::read_to_string(&wire).unwrap_or_default(),
         Value::clone,
     );
-    let expected = traceparent(trace, stdio_call["span_id"].as_str().unwrap_or_default());
+    let expected = sent_for(stdio_call);
+    let carried = |m: &Value| m["params"]["_meta"]["traceparent"] == expected.as_str();
     assert!(
-        stdio_sent
-            .iter()
-            .any(|m| m["params"]["_meta"]["traceparent"] == expected.as_str()),
+        stdio_sent.iter().any(carried),
         "{expected} not in {stdio_sent:?}"
     );
-    let http_sent = tools_calls(
-        &std::fs::read_to_string(&http_record).unwrap_or_default(),
-        |entry| entry["body"].clone(),
-    );
-    assert_eq!(http_sent.len(), 1, "{http_sent:?}");
-    let expected = traceparent(trace, http_call["span_id"].as_str().unwrap_or_default());
-    assert_eq!(
-        http_sent[0]["body"]["params"]["_meta"]["traceparent"],
-        expected.as_str()
-    );
-    let headers: Vec<&Value> = http_sent[0]["headers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|header| header[0] == "traceparent")
-        .collect();
-    assert_eq!(headers.len(), 1, "one traceparent header: {http_sent:?}");
-    assert_eq!(headers[0][1], expected.as_str());
+    check_http_upstream_received(&http_record, &sent_for(http_call));
 
     // The 2026-07-28 request was traced on its own path too.
     let modern_spans = receiver.trace(modern_trace, 2);
-    let modern_request = call_span(&modern_spans, "call_tool");
+    let (modern_request, _) = traced_call(&modern_spans, "call_tool", "everything", "stdio");
     assert_eq!(modern_request["parent_span_id"], modern_span);
-    assert_eq!(
-        modern_request["attributes"]["mcp.protocol.version"],
-        "2026-07-28"
-    );
-    assert_eq!(
-        upstream_span(&modern_spans, modern_request)["name"],
-        "tools/call echo"
-    );
+    let version = &modern_request["attributes"]["mcp.protocol.version"];
+    assert_eq!(version, "2026-07-28");
 
     // No span carries an argument or the client's key.
     let exported = std::fs::read_to_string(&receiver.out).unwrap_or_default();
     assert!(!exported.contains(ARGUMENT), "an argument was exported");
     assert!(!exported.contains(&key), "the client key was exported");
+}
+
+/// The span of the one `method` request, a new trace, and of its upstream request (named
+/// `upstream_name`), whose context server-everything received (`sent_with` reads its stdin).
+fn check_new_trace_to_upstream(
+    spans: &[Value],
+    method: &str,
+    upstream_name: &str,
+    sent_with: &dyn Fn(&str) -> Vec<Value>,
+) {
+    let request = one(spans, &format!("{method} request span"), |span| {
+        span["span_kind"] == "SPAN_KIND_SERVER" && span["name"] == method
+    });
+    assert_eq!(request["parent_span_id"], "", "a new trace: {request}");
+    assert_eq!(request["attributes"]["mcpgw.server"], "everything");
+    assert_eq!(request["attributes"]["mcpgw.outcome"], "ok");
+    let upstream = upstream_span(spans, request);
+    assert_eq!(upstream["name"], upstream_name);
+    assert_eq!(upstream["trace_id"], request["trace_id"]);
+    assert_eq!(upstream["attributes"]["mcpgw.outcome"], "ok");
+    let sent = sent_with(method);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        sent[0]["params"]["_meta"]["traceparent"],
+        sent_for(upstream).as_str()
+    );
 }
 
 #[test]
@@ -406,37 +454,16 @@ fn a_stdio_clients_meta_traceparent_is_the_parent_of_its_requests() {
     };
     let calls = sent_with("tools/call");
     assert_eq!(calls.len(), 1, "{calls:?}");
-    let expected = traceparent(trace, call["span_id"].as_str().unwrap_or_default());
     assert_eq!(
         calls[0]["params"]["_meta"]["traceparent"],
-        expected.as_str()
+        sent_for(call).as_str()
     );
 
     // The requests without a trace context of their own began new traces, and their upstream
     // requests are traced the same way.
     let all = receiver.spans();
-    for (method, upstream_name) in [
-        ("resources/read", "resources/read"),
-        ("prompts/get", "prompts/get simple-prompt"),
-    ] {
-        let request = one(&all, &format!("{method} request span"), |span| {
-            span["span_kind"] == "SPAN_KIND_SERVER" && span["name"] == method
-        });
-        assert_eq!(request["parent_span_id"], "", "a new trace: {request}");
-        assert_eq!(request["attributes"]["mcpgw.server"], "everything");
-        assert_eq!(request["attributes"]["mcpgw.outcome"], "ok");
-        let upstream = upstream_span(&all, request);
-        assert_eq!(upstream["name"], upstream_name);
-        assert_eq!(upstream["trace_id"], request["trace_id"]);
-        assert_eq!(upstream["attributes"]["mcpgw.outcome"], "ok");
-        let expected = traceparent(
-            upstream["trace_id"].as_str().unwrap_or_default(),
-            upstream["span_id"].as_str().unwrap_or_default(),
-        );
-        let sent = sent_with(method);
-        assert_eq!(sent.len(), 1, "{sent:?}");
-        assert_eq!(sent[0]["params"]["_meta"]["traceparent"], expected.as_str());
-    }
+    check_new_trace_to_upstream(&all, "resources/read", "resources/read", &sent_with);
+    check_new_trace_to_upstream(&all, "prompts/get", "prompts/get simple-prompt", &sent_with);
     let exported = std::fs::read_to_string(&receiver.out).unwrap_or_default();
     assert!(
         !exported.contains("architecture.md"),
