@@ -3,7 +3,7 @@
 # (gitignored). Idempotent: a second run only checks stamps and takes seconds.
 #
 #   .peers/package.json, node_modules/   npm peers + Node 22 (generated here)
-#   .peers/venv/                         Python venv: mcp SDK + mcp-server-time
+#   .peers/venv/                         Python venv: mcp SDK + mcp-server-time + test helpers
 #
 # Needs only the npm registry and PyPI (through the normal npm/pip caches).
 # Usage: scripts/setup-test-env.sh      (from any directory)
@@ -27,6 +27,9 @@ PY_PEERS=(
   "mcp-server-time==2026.10.19"
   # Drives Debian's chromium through Debian's chromedriver: tests/clients/console_browser.py.
   "selenium==4.51.0"
+  # The official OTLP protobuf types: tests/fixtures/otlp_receiver.py decodes mcpgw's traces.
+  "opentelemetry-proto==1.45.2"
+  "protobuf==7.36.2"
 )
 # -----------------------------------------------------------------------------
 

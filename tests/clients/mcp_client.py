@@ -34,7 +34,8 @@ input_required result) with an assistant message TEXT from model
 "mcpgw-test-model". The output then has "samplings": [{"messages": [text...],
 "maxTokens"}, ...].
 
-A `call_tool` step with "progress": true records the call's progress
+A `call_tool` step with "meta": {...} sends those keys in the request's `params._meta`
+(e.g. a W3C `traceparent`, SEP-414). A `call_tool` step with "progress": true records the call's progress
 notifications in its result ("progress": [{"progress", "total", "message"}]);
 with "cancel_on_progress": true the call is abandoned (the SDK sends
 notifications/cancelled, or closes a 2026-07-28 HTTP request) at the first
@@ -245,7 +246,9 @@ async def op_call_tool(client: Client, step: dict[str, Any]) -> Any:
             first_progress.set()
 
     async def call() -> Any:
-        return await client.call_tool(step["name"], step.get("arguments") or {}, progress_callback=callback)
+        return await client.call_tool(
+            step["name"], step.get("arguments") or {}, progress_callback=callback, meta=step.get("meta")
+        )
 
     if step.get("cancel_on_progress"):
         # Abandoning the call is how the SDK cancels it.

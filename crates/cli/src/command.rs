@@ -68,6 +68,7 @@ pub(crate) async fn serve(
     let config = load_config(config_path)?;
     let addr = options.listen.unwrap_or(config.gateway.listen);
     tracing::info!(config = %config.source.display(), "starting mcpgw");
+    let telemetry = start_telemetry(&config)?;
     // Bind before connecting upstreams so a busy port fails fast, before children start.
     let listener = if options.stdio {
         None
@@ -79,6 +80,9 @@ pub(crate) async fn serve(
         )
     };
     let gateway = Gateway::open(config).await;
+    if let Some(telemetry) = telemetry {
+        gateway.trace_with(telemetry);
+    }
     // Decided before the upstreams connect, so a listener that must not start says so at once.
     let access = match &listener {
         Some(listener) => Some(
@@ -127,6 +131,25 @@ pub(crate) async fn serve(
     gateway.shutdown().await;
     tracing::info!("stopped");
     served.map_err(Failure::from)
+}
+
+/// The trace exporter, when `[telemetry]` or the standard `OTEL_EXPORTER_OTLP_*` variables
+/// name a collector (see `gateway::Destination::resolve`); a variable holding no usable URL is
+/// a usage error, as a bad key in the file is.
+fn start_telemetry(config: &config::Config) -> Result<Option<gateway::Telemetry>, Failure> {
+    let destination =
+        gateway::Destination::resolve(&config.telemetry, |var| std::env::var(var).ok())
+            .map_err(Failure::usage)?;
+    let Some(destination) = destination else {
+        return Ok(None);
+    };
+    let telemetry = gateway::Telemetry::start(&destination).map_err(Failure::usage)?;
+    tracing::info!(
+        url = %destination.traces_url,
+        service_name = %destination.service_name,
+        "exporting traces over OTLP/HTTP"
+    );
+    Ok(Some(telemetry))
 }
 
 fn server_names(gateway: &Gateway) -> Vec<String> {

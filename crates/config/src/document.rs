@@ -700,7 +700,7 @@ stratgy = "hybrid"
             "[gateway]\nlisten = \"127.0.0.1:1\"\nport = 3\n\n[tls]\ncert = \"x\"\n",
             expect![[r#"
                 3:1: gateway.port: unknown key (hint: the keys here are `listen`, `exposure`, `prefix`, `token_budget`, `pinned`, `client_auth`, `allow_unauthenticated_loopback`, `allowed_hosts`, `allowed_origins`, `default_profile`, `jwt`, `log_format`)
-                5:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`)"#]],
+                5:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`, `telemetry`)"#]],
         );
         check(
             "[[servers]]\nname = \"a\"\nauth = { type = \"none\", env = \"E\" }\ntransport = { type = \"http\", url = \"https://x.example\" }\n",

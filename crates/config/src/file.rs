@@ -30,6 +30,8 @@ pub(crate) struct ConfigFile {
     pub limits: crate::policy::LimitsFile,
     #[serde(default)]
     pub audit: AuditFile,
+    #[serde(default)]
+    pub telemetry: TelemetryFile,
 }
 
 /// `[network]`: where outbound HTTP may go besides public https. Entries stay strings here so
@@ -112,6 +114,14 @@ pub(crate) struct StoreFile {
 pub(crate) struct AuditFile {
     pub retention_days: Option<i64>,
     pub max_rows: Option<i64>,
+}
+
+/// `[telemetry]`: where traces go. Strings, so a bad URL is a located problem with a hint.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TelemetryFile {
+    pub otlp_endpoint: Option<String>,
+    pub service_name: Option<String>,
 }
 
 /// Required fields are `Option`s here: a missing one is a problem to collect, not a parse
@@ -274,7 +284,7 @@ mod tests {
             "[gateway]\nlisten = \"127.0.0.1:1\"\n\n[retrieval]\nstrategy = \"bm25\"\n\n[tls]\ncert = \"x\"\n",
             expect![[r#"
                 invalid configuration (1 problem):
-                  7:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`)"#]],
+                  7:2: tls: unknown key (hint: the keys here are `gateway`, `servers`, `retrieval`, `store`, `network`, `profiles`, `approval`, `limits`, `audit`, `telemetry`)"#]],
         );
     }
 

@@ -12,7 +12,7 @@ use std::path::Path;
 use crate::auth::{AUTHORIZATION, env_name_problem};
 use crate::file::{
     AuditFile, AuthFile, BearerAuthFile, GatewayFile, HttpFile, NetworkFile, RetrievalFile,
-    ServerFile, StdioFile, StoreFile, TransportFile, ValueFile,
+    ServerFile, StdioFile, StoreFile, TelemetryFile, TransportFile, ValueFile,
 };
 use crate::json::Json;
 use crate::validate::{self, BEARER, InlineSecrets, LocatedServer, header_var_name};
@@ -137,7 +137,13 @@ fn map(text: &str, source: &Path, secrets: Secrets) -> Result<Mapped, ConfigErro
 }
 
 /// The tables an `mcpServers` file has no equivalent of: every one at its default.
-fn default_tables() -> (RetrievalFile, StoreFile, NetworkFile, AuditFile) {
+fn default_tables() -> (
+    RetrievalFile,
+    StoreFile,
+    NetworkFile,
+    AuditFile,
+    TelemetryFile,
+) {
     Default::default()
 }
 

@@ -31,6 +31,7 @@ pub mod json;
 mod origin;
 mod policy;
 mod server;
+mod telemetry;
 mod validate;
 mod value;
 
@@ -54,6 +55,9 @@ pub use crate::server::{
     HttpTransport, MAX_SERVER_NAME_LEN, Ping, ServerConfig, ServerName, StdioTransport, Transport,
     parse_server_name,
 };
+pub use crate::telemetry::{
+    DEFAULT_SERVICE_NAME, TRACES_PATH, TelemetryConfig, otlp_endpoint, service_name, traces_url,
+};
 pub use crate::value::Value;
 
 /// The default front-end address, `127.0.0.1:8931`: loopback so that a fresh install is not
@@ -74,6 +78,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// How long the audit log keeps its rows.
     pub audit: AuditConfig,
+    /// Where traces are exported (`[telemetry]`).
+    pub telemetry: TelemetryConfig,
     /// The file this was read from; relative `cwd`s were resolved against its directory.
     pub source: PathBuf,
 }

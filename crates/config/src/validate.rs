@@ -13,7 +13,7 @@ use crate::auth::{
 use crate::file::{
     AuditFile, AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile,
     NetworkFile, OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile,
-    TransportFile, ValueFile,
+    TelemetryFile, TransportFile, ValueFile,
 };
 use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
 use crate::value::looks_secret;
@@ -79,7 +79,13 @@ pub(crate) fn validate_partial(file: ConfigFile, source: &Path) -> Resolved {
     let mut resolved = resolve_partial(
         file.gateway,
         servers,
-        (file.retrieval, file.store, file.network, file.audit),
+        (
+            file.retrieval,
+            file.store,
+            file.network,
+            file.audit,
+            file.telemetry,
+        ),
         (file.profiles, file.approval, file.limits),
         source,
         InlineSecrets::Reject,
@@ -92,7 +98,13 @@ pub(crate) fn validate_partial(file: ConfigFile, source: &Path) -> Resolved {
 pub(crate) fn resolve(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
-    rest: (RetrievalFile, StoreFile, NetworkFile, AuditFile),
+    rest: (
+        RetrievalFile,
+        StoreFile,
+        NetworkFile,
+        AuditFile,
+        TelemetryFile,
+    ),
     policy: (Vec<ProfileFile>, ApprovalFile, LimitsFile),
     source: &Path,
     inline_secrets: InlineSecrets,
@@ -126,7 +138,13 @@ pub(crate) struct ServerPaths {
 pub(crate) fn resolve_partial(
     gateway: GatewayFile,
     servers: Vec<LocatedServer>,
-    (retrieval, store, network, audit): (RetrievalFile, StoreFile, NetworkFile, AuditFile),
+    (retrieval, store, network, audit, telemetry): (
+        RetrievalFile,
+        StoreFile,
+        NetworkFile,
+        AuditFile,
+        TelemetryFile,
+    ),
     (profiles, approval, limits): (Vec<ProfileFile>, ApprovalFile, LimitsFile),
     source: &Path,
     inline_secrets: InlineSecrets,
@@ -173,6 +191,7 @@ pub(crate) fn resolve_partial(
     let store = v.store(store);
     let network = v.network(network);
     let audit = v.audit(audit);
+    let telemetry = crate::telemetry::resolve(telemetry, &mut v.problems);
     let policy = policy::policy(profiles, default_profile, approval, limits, &mut v.problems);
     let config = Config {
         gateway,
@@ -182,6 +201,7 @@ pub(crate) fn resolve_partial(
         network,
         policy,
         audit,
+        telemetry,
         source: source.to_owned(),
     };
     Resolved {

@@ -33,6 +33,7 @@ mod reload;
 mod search;
 mod semantic;
 mod sync;
+mod telemetry;
 
 use std::{
     collections::HashMap,
@@ -65,6 +66,8 @@ pub use probe::{ServerTest, test_server};
 pub use reload::{RESTART_ONLY, ReloadError, ReloadReport, ReloadStatus};
 pub use search::{Found, FoundTool, Search};
 pub use semantic::Semantic;
+use telemetry::RequestSpan;
+pub use telemetry::{Destination, Telemetry};
 
 use tokio::sync::mpsc;
 use upstream::{ListKind, ToolsChanged, Upstreams};
@@ -128,6 +131,8 @@ pub struct Gateway {
     surface: RwLock<Arc<surface::Surface>>,
     /// What `/metrics` serves.
     metrics: Arc<metrics::Metrics>,
+    /// Where spans go, when tracing is on ([`Gateway::trace_with`]); unset, nothing is traced.
+    telemetry: OnceLock<Arc<Telemetry>>,
 }
 
 impl Gateway {
@@ -172,6 +177,7 @@ impl Gateway {
             first_search_waited: std::sync::atomic::AtomicBool::new(false),
             surface: RwLock::new(Arc::new(surface::Surface::default())),
             metrics: Arc::new(metrics::Metrics::new()),
+            telemetry: OnceLock::new(),
         });
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
@@ -302,6 +308,13 @@ impl Gateway {
     /// Runs one search with the configured strategy. Vector and hybrid searches embed the
     /// queries first; when that is impossible or fails, BM25 answers and `degraded` says why.
     pub async fn search(&self, search: &Search) -> Found {
+        self.search_in(search, None).await
+    }
+
+    /// [`Gateway::search`] for a client request, in a span of its own under `trace` when the
+    /// gateway traces.
+    pub(crate) async fn search_in(&self, search: &Search, trace: Option<&RequestSpan>) -> Found {
+        let span = trace.map(RequestSpan::search);
         let started = std::time::Instant::now();
         let found = self.run_search(search).await;
         // What answered: BM25 when a vector or hybrid search had to fall back.
@@ -310,6 +323,13 @@ impl Gateway {
             None => found.strategy,
         };
         self.metrics.search(strategy.as_str(), started.elapsed());
+        if let Some(span) = span {
+            span.finish(
+                strategy.as_str(),
+                found.hits.len(),
+                found.degraded.is_some(),
+            );
+        }
         found
     }
 
@@ -636,6 +656,24 @@ impl Gateway {
         if let Some(store) = &self.store {
             store.close().await;
         }
+        if let Some(telemetry) = self.telemetry.get().cloned() {
+            // Blocks while the last spans are sent: off the runtime's workers.
+            let flushed = tokio::task::spawn_blocking(move || telemetry.flush_and_stop()).await;
+            if let Err(error) = flushed {
+                tracing::warn!(%error, "could not send the last spans");
+            }
+        }
+    }
+
+    /// Traces every client request from now on, exporting through `telemetry` (`mcpgw serve`
+    /// with `[telemetry]`). Once: a second call is ignored.
+    pub fn trace_with(&self, telemetry: Telemetry) {
+        let _ = self.telemetry.set(Arc::new(telemetry));
+    }
+
+    /// The exporter, when tracing is on.
+    pub(crate) fn telemetry(&self) -> Option<&Arc<Telemetry>> {
+        self.telemetry.get()
     }
 }
 

@@ -251,7 +251,7 @@ async fn watch_file(gateway: std::sync::Weak<Gateway>, path: PathBuf) {
 }
 
 /// Keys of the configuration a running gateway keeps as they were at start, as the file
-/// writes them: each is read once, when the listener, store, embedder or logging is set up,
+/// writes them: each is read once, when the listener, store, embedder, logging or tracing is set up,
 /// or loosening it on a live listener would be unsafe (client authentication).
 pub const RESTART_ONLY: &[&str] = &[
     "gateway.listen",
@@ -273,6 +273,7 @@ pub const RESTART_ONLY: &[&str] = &[
     "limits.max_sessions",
     "limits.max_sessions_per_principal",
     "limits.shutdown_grace_s",
+    "telemetry",
 ];
 
 /// `new` with every [`RESTART_ONLY`] key set back to its running value, and the keys that
@@ -310,6 +311,7 @@ fn keep_restart_only(
         "limits.max_sessions" => policy.limits.max_sessions;
         "limits.max_sessions_per_principal" => policy.limits.max_sessions_per_principal;
         "limits.shutdown_grace_s" => policy.limits.shutdown_grace;
+        "telemetry" => telemetry;
     }
     (new, kept)
 }
@@ -411,6 +413,8 @@ session_idle_s = 10
 max_sessions = 1
 max_sessions_per_principal = 1
 shutdown_grace_s = 1
+[telemetry]
+otlp_endpoint = "http://127.0.0.1:4318"
 "#,
         );
         let (_, kept) = keep_restart_only(&running, new);

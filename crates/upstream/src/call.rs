@@ -70,6 +70,36 @@ pub struct CallOptions {
     /// goes out as the request's `_meta` log level (a 2026-07-28 server logs only then).
     /// Full channels drop messages rather than stall.
     pub logs: Option<(LoggingLevel, mpsc::Sender<LoggingMessageNotificationParam>)>,
+    /// The trace this call belongs to (the caller's span for it): sent in the request's
+    /// `params._meta` on every transport, and as HTTP headers too (see [`TraceContext`]).
+    pub trace: Option<TraceContext>,
+}
+
+/// A W3C Trace Context (`traceparent`, and `tracestate` when there is one) that an upstream
+/// request carries, as SEP-414 puts it: `params._meta.traceparent` / `tracestate`, unprefixed.
+/// Over HTTP the same values also go as the `traceparent` / `tracestate` headers, for servers
+/// (and proxies) that read only those. The values are the caller's; this crate only places them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// A request `_meta` holding this context alone.
+    pub(crate) fn meta(&self) -> rmcp::model::RequestMetaObject {
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        self.write(&mut meta);
+        meta
+    }
+
+    /// Writes this context into a request's `_meta`.
+    pub(crate) fn write(&self, meta: &mut rmcp::model::RequestMetaObject) {
+        meta.set_traceparent(self.traceparent.clone());
+        if let Some(state) = &self.tracestate {
+            meta.set_tracestate(state.clone());
+        }
+    }
 }
 
 /// One progress notification of a call, without the upstream's token.

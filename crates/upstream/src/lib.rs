@@ -51,7 +51,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-pub use call::{Answer, Ask, Asked, CallOptions, Progress};
+pub use call::{Answer, Ask, Asked, CallOptions, Progress, TraceContext};
 pub use error::UpstreamError;
 use ids::{PrincipalId, ServerName};
 use oauth::OAuthStore;

@@ -376,6 +376,9 @@ impl Server {
                 if let Some((level, _)) = &options.logs {
                     params.meta.get_or_insert_default().set_log_level(*level);
                 }
+                if let Some(trace) = &options.trace {
+                    trace.write(params.meta.get_or_insert_default());
+                }
                 let calls = calls.clone();
                 let options = options.clone();
                 async move { call_once(&session, &calls, params, &options, idle).await }

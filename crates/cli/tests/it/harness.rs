@@ -448,15 +448,27 @@ impl Gateway {
 
 /// Runs the Python `mcp` SDK client driver and returns its JSON report.
 pub fn py_client(target: &[&str], era: &str, script: Value) -> Value {
-    let output = Command::new(venv_bin("python"))
+    py_client_with(target, era, script, |_| {})
+}
+
+/// [`py_client`] with `setup` adjusting the driver's command (its environment, which a stdio
+/// target inherits) before it runs.
+pub fn py_client_with(
+    target: &[&str],
+    era: &str,
+    script: Value,
+    setup: impl FnOnce(&mut Command),
+) -> Value {
+    let mut command = Command::new(venv_bin("python"));
+    command
         .arg(repo_root().join("tests/clients/mcp_client.py"))
         .args(target)
         .args(["--era", era])
         .arg(script.to_string())
         .env("MCP_CLIENT_TIMEOUT", "90")
-        .stdin(Stdio::null())
-        .output()
-        .expect("python client runs");
+        .stdin(Stdio::null());
+    setup(&mut command);
+    let output = command.output().expect("python client runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),

@@ -8,7 +8,7 @@
 //! call itself (docs/performance.md has the profile). This layer answers the common case
 //! directly: the request's task parses the call once, runs the very same handler
 //! ([`Front`], through rmcp's `Service::handle_request`, so every check, limit, approval and
-//! audit record is the one the session path runs) and writes the JSON-RPC answer as one
+//! audit record is the one the session path runs, and the request's span too) and writes the JSON-RPC answer as one
 //! `application/json` body.
 //!
 //! A session is registered when its handler sees `notifications/initialized`, which rmcp hands
@@ -63,7 +63,12 @@ use rmcp::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{http::json_reply, mcp::Front, metrics::Metrics, sync::lock};
+use crate::{
+    http::json_reply,
+    mcp::{Front, Traced},
+    metrics::Metrics,
+    sync::lock,
+};
 
 /// The notification that keeps a session whose calls are answered here from idling out.
 /// rmcp passes it to [`Front`], which ignores it (as every handler ignores an unknown
@@ -96,7 +101,7 @@ pub(crate) struct Direct {
 /// One session: its handler (sharing the session's state) and its peer.
 struct Entry {
     id: Arc<str>,
-    front: Front,
+    front: Traced,
     peer: Peer<RoleServer>,
     /// The revision the session negotiated, as the `MCP-Protocol-Version` header names it.
     version: String,
@@ -154,7 +159,7 @@ impl Direct {
         let id: Arc<str> = Arc::from(id);
         let entry = Entry {
             id: id.clone(),
-            front: front.clone(),
+            front: Traced(front.clone()),
             peer: context.peer.clone(),
             version: info.protocol_version.to_string(),
             in_flight: Mutex::default(),
@@ -248,7 +253,7 @@ impl Entry {
     }
 
     fn may_answer(&self) -> bool {
-        !self.front.logs_requested()
+        !self.front.0.logs_requested()
     }
 }
 

@@ -27,7 +27,7 @@ use crate::{
         guard::{Guard, admin_token_path},
         session_owner::{self, Owners},
     },
-    mcp::Front,
+    mcp::{Front, Traced},
     oauth::login::{self, Logins},
 };
 
@@ -35,7 +35,7 @@ use crate::{
 /// Nothing but protocol may be written to stdout: logging goes to stderr (set up by the cli).
 pub async fn serve_stdio(gateway: Arc<Gateway>, shutdown: CancellationToken) -> anyhow::Result<()> {
     // The browser has nowhere to come back to: sign-ins go through `mcpgw auth login`.
-    let front = Front::new(gateway, Arc::new(Logins::without_listener()));
+    let front = Traced(Front::new(gateway, Arc::new(Logins::without_listener())));
     let running = front
         .serve_with_ct(rmcp::transport::stdio(), shutdown.child_token())
         .await
@@ -313,7 +313,7 @@ fn mcp_service(
     logins: &Arc<Logins>,
     shutdown: &CancellationToken,
 ) -> (
-    StreamableHttpService<Front, LocalSessionManager>,
+    StreamableHttpService<Traced, LocalSessionManager>,
     Arc<Owners>,
     Arc<Direct>,
 ) {
@@ -348,8 +348,10 @@ fn mcp_service(
         (gateway.clone(), logins.clone(), direct.clone());
     let service = StreamableHttpService::new(
         move || {
-            Ok(Front::new(factory_gateway.clone(), factory_logins.clone())
-                .with_direct(factory_direct.clone()))
+            Ok(Traced(
+                Front::new(factory_gateway.clone(), factory_logins.clone())
+                    .with_direct(factory_direct.clone()),
+            ))
         },
         sessions,
         mcp_config,

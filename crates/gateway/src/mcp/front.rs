@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 
 use crate::{
     Gateway,
+    audit::CallDecision,
     http::direct::Direct,
     mcp::{
         call::{self, Call, Invocation, Malformed, Pipeline},
@@ -37,6 +38,7 @@ use crate::{
     policy::access::Access,
     principal::Principal,
     sync::lock,
+    telemetry::RequestSpan,
 };
 
 /// One front-end handler; cheap to clone, one per HTTP session or stdio connection.
@@ -74,13 +76,23 @@ impl Front {
         self
     }
 
+    pub(crate) fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
     /// Whether this legacy session asked for log messages (`logging/setLevel`).
     pub(crate) fn logs_requested(&self) -> bool {
         lock(&self.log_level).is_some()
     }
 
-    /// `search_tools`: among the servers and tools the caller may see.
-    async fn search(&self, access: &Access<'_>, arguments: &Map<String, Value>) -> CallToolResult {
+    /// `search_tools`: among the servers and tools the caller may see; `trace` is the
+    /// request's span, when the gateway traces.
+    async fn search(
+        &self,
+        access: &Access<'_>,
+        arguments: &Map<String, Value>,
+        trace: Option<&RequestSpan>,
+    ) -> CallToolResult {
         let catalog = self.gateway.catalog();
         let known: Vec<&str> = catalog
             .servers()
@@ -97,10 +109,17 @@ impl Front {
             Err(error) => return error,
         };
         if include.resources || include.prompts {
-            return crate::mcp::surface::search(&self.gateway, access, &known, &search, include)
-                .await;
+            return crate::mcp::surface::search(
+                &self.gateway,
+                access,
+                &known,
+                &search,
+                include,
+                trace,
+            )
+            .await;
         }
-        let mut found = self.gateway.search(&search).await;
+        let mut found = self.gateway.search_in(&search, trace).await;
         found
             .starting
             .retain(|server| access.permits_server(server));
@@ -236,7 +255,11 @@ impl ServerHandler for Front {
         let access = self.gateway.access(Principal::of(&context.extensions));
         let search = access.exposure() == config::Exposure::Search;
         let invocation = Invocation::parse(&request.name, request.arguments.take(), search);
+        let trace = RequestSpan::of(&context.extensions);
         if let Some(refused) = call::limit(&self.gateway, &access.principal, &invocation) {
+            if let Some(trace) = &trace {
+                trace.decision(&CallDecision::RateLimited);
+            }
             return Ok(CallToolResponse::Complete(refused));
         }
         let level = *lock(&self.log_level);
@@ -251,7 +274,9 @@ impl ServerHandler for Front {
         }
         let complete = |result| Ok(CallToolResponse::Complete(result));
         match invocation {
-            Invocation::Search(arguments) => complete(self.search(&access, &arguments).await),
+            Invocation::Search(arguments) => {
+                complete(self.search(&access, &arguments, trace.as_ref()).await)
+            }
             Invocation::Details(arguments) => complete(self.details(&access, &arguments)),
             Invocation::Malformed(Malformed::NoName) => {
                 complete(result::tool_error("call_tool needs a 'name' string"))

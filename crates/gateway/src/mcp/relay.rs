@@ -65,6 +65,7 @@ use crate::{
     mcp::{errors, result},
     principal::Principal,
     sync::lock,
+    telemetry::{Called, Outcome, RequestSpan, UpstreamSpan},
 };
 
 /// `requestState` of a call parked while its 2026-07-28 client answers the upstream.
@@ -95,6 +96,8 @@ pub(crate) struct Caller {
     principal: ids::PrincipalId,
     request_state: Option<String>,
     input_responses: Option<InputResponses>,
+    /// The request's span, when the gateway traces: each upstream call gets a child of it.
+    trace: Option<RequestSpan>,
 }
 
 impl Caller {
@@ -122,7 +125,13 @@ impl Caller {
             principal: principal.id(),
             request_state: request.request_state.clone(),
             input_responses: request.input_responses.clone(),
+            trace: RequestSpan::of(&context.extensions),
         }
+    }
+
+    /// The span of the request this call serves, when the gateway traces.
+    pub(crate) fn trace(&self) -> Option<&RequestSpan> {
+        self.trace.as_ref()
     }
 
     /// Whether this client declared what `ask` needs.
@@ -375,6 +384,8 @@ struct Running {
     asks: mpsc::Receiver<Asked>,
     /// Cancels the upstream request; also when this is dropped.
     cancel: CancellationToken,
+    /// The upstream call's span, when the gateway traces; ends with the call.
+    span: Option<UpstreamSpan>,
 }
 
 enum Step {
@@ -398,6 +409,10 @@ impl Running {
             Some((responses, state)) => (Some(responses), state),
             None => (None, None),
         };
+        let span = caller.trace.as_ref().map(|trace| {
+            let called = Called::tool("tools/call", tool);
+            trace.upstream(&called, server.name(), crate::telemetry::transport(&server))
+        });
         let options = CallOptions {
             progress: Some(progress_tx),
             asks: Some(asks_tx),
@@ -406,6 +421,7 @@ impl Running {
             request_state,
             logs: caller.log_level.map(|level| (level, logs_tx)),
             client_capabilities: Some(caller.relayable()),
+            trace: span.as_ref().and_then(UpstreamSpan::trace_context),
         };
         let task = {
             let server = server.clone();
@@ -419,12 +435,21 @@ impl Running {
             logs,
             asks,
             cancel,
+            span,
         }
     }
 
-    /// Relays progress and log messages to `caller` until the call ends or asks something. A cancelled caller
-    /// cancels the upstream call.
+    /// Relays progress and log messages to `caller` until the call ends or asks something. A
+    /// cancelled caller cancels the upstream call. The call's span ends with it.
     async fn next(&mut self, caller: &Caller) -> Step {
+        let step = self.step(caller).await;
+        if let (Step::Done(result), Some(span)) = (&step, &self.span) {
+            span.finish(result.as_ref().map(Outcome::of_call));
+        }
+        step
+    }
+
+    async fn step(&mut self, caller: &Caller) -> Step {
         loop {
             tokio::select! {
                 biased;

@@ -35,7 +35,7 @@ use retrieval::{Bm25Index, DocId, Document, Field};
 use rmcp::model::CallToolResult;
 use serde_json::{Value, json};
 
-use crate::{Gateway, mcp::meta, policy::access::Access, search::Search};
+use crate::{Gateway, mcp::meta, policy::access::Access, search::Search, telemetry::RequestSpan};
 
 /// Items per page of `resources/list`, `resources/templates/list` and `prompts/list`.
 pub(crate) const PAGE_SIZE: usize = 100;
@@ -303,10 +303,11 @@ pub(crate) async fn search(
     known: &[&str],
     search: &Search,
     include: meta::Include,
+    trace: Option<&RequestSpan>,
 ) -> CallToolResult {
     let found = match include.tools {
         true => {
-            let mut found = gateway.search(search).await;
+            let mut found = gateway.search_in(search, trace).await;
             found
                 .starting
                 .retain(|server| access.permits_server(server));

@@ -24,7 +24,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Server, lock};
-use crate::{UpstreamError, connect::Session};
+use crate::{TraceContext, UpstreamError, connect::Session};
 
 /// Most pages fetched for one list (see [`super::MAX_TOOL_PAGES`] for why there is a bound).
 const MAX_PAGES: usize = 100;
@@ -100,13 +100,15 @@ impl Server {
     }
 
     /// `resources/read`, as the caller wrote it but for its `_meta` (this session's own is
-    /// sent). An `input_required` answer is returned as it is, for the caller to relay.
+    /// sent, with `trace`, the caller's span for it, if any). An `input_required` answer is
+    /// returned as it is, for the caller to relay.
     pub async fn read_resource(
         &self,
         params: ReadResourceRequestParams,
+        trace: Option<&TraceContext>,
     ) -> Result<ReadResourceResponse, UpstreamError> {
         let mut params = params;
-        params.meta = None;
+        params.meta = trace.map(TraceContext::meta);
         self.with_session(true, move |session| {
             let params = params.clone();
             async move { session.peer().read_resource_once(params).await }
@@ -118,9 +120,10 @@ impl Server {
     pub async fn get_prompt(
         &self,
         params: GetPromptRequestParams,
+        trace: Option<&TraceContext>,
     ) -> Result<GetPromptResponse, UpstreamError> {
         let mut params = params;
-        params.meta = None;
+        params.meta = trace.map(TraceContext::meta);
         self.with_session(true, move |session| {
             let params = params.clone();
             async move { session.peer().get_prompt_once(params).await }
@@ -132,9 +135,10 @@ impl Server {
     pub async fn complete(
         &self,
         params: CompleteRequestParams,
+        trace: Option<&TraceContext>,
     ) -> Result<CompleteResult, UpstreamError> {
         let mut params = params;
-        params.meta = None;
+        params.meta = trace.map(TraceContext::meta);
         self.with_session(true, move |session| {
             let params = params.clone();
             async move { session.peer().complete(params).await }

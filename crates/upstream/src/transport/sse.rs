@@ -376,11 +376,15 @@ struct Poster {
 impl Poster {
     async fn post(&self, message: &TxJsonRpcMessage<RoleClient>) -> Result<(), SseError> {
         let body = serde_json::to_vec(message).map_err(SseError::Encode)?;
+        let mut headers = self.headers.clone();
+        for (name, value) in super::trace_headers(message) {
+            headers.insert(name, value);
+        }
         let exchange = async {
             let mut response = self
                 .client
                 .post(self.endpoint.clone())
-                .headers(self.headers.clone())
+                .headers(headers)
                 .body(body)
                 .send()
                 .await

@@ -13,6 +13,9 @@
 //! or a reqwest status error (GET). Here all of them become `AuthRequired` (with an empty challenge
 //! when there was none), so `connect` can explain the 401 in terms of the server's auth strategy,
 //! and rmcp stops reconnecting a GET stream that cannot succeed with the same credentials.
+//!
+//! And a request whose `params._meta` carries a trace context gets it as the `traceparent` /
+//! `tracestate` headers as well (`super::trace_headers`).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -59,9 +62,10 @@ impl StreamableHttpClient for SessionAwareClient {
         message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Error>> {
         let had_session = session_id.is_some();
+        custom_headers.extend(super::trace_headers(&message));
         let response = self
             .inner
             .post_message(uri, message, session_id, auth_header, custom_headers)
@@ -75,10 +79,11 @@ impl StreamableHttpClient for SessionAwareClient {
         message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Error>> {
         let had_session = session_id.is_some();
+        custom_headers.extend(super::trace_headers(&message));
         let response = self
             .inner
             .post_message_with_response_limits(

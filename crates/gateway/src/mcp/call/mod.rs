@@ -208,6 +208,10 @@ impl Pipeline<'_> {
             Resolution::Unknown => return call.refuse(&catalog, &tool.name).respond(),
         };
         drop(catalog);
+        if let Some(trace) = call.caller.trace() {
+            trace.server(found.server());
+            trace.tool(&tool.name);
+        }
         call.record.begin(AuditRecord::begin(
             &call.access.principal,
             found.server(),
@@ -215,6 +219,12 @@ impl Pipeline<'_> {
             tool.arguments.as_ref(),
         ));
         let response = self.run_found(&tool, &found, call).await;
+        // The record is read only for a traced call: untraced, this costs nothing.
+        if let Some(trace) = call.caller.trace()
+            && let Some(decision) = call.record.decision()
+        {
+            trace.decision(&decision);
+        }
         call.record.finish(self.gateway, &response);
         response
     }
@@ -364,6 +374,10 @@ impl Pipeline<'_> {
             CallDecision::Held => "definition changed; held until approved",
             _ => "not in the caller's profile",
         };
+        if let Some(trace) = call.caller.trace() {
+            trace.server(server);
+            trace.decision(&why);
+        }
         self.gateway.audit(
             AuditRecord::begin(
                 &call.access.principal,

@@ -11,7 +11,11 @@ use std::sync::Mutex;
 
 use rmcp::model::CallToolResponse;
 
-use crate::{Gateway, audit::AuditRecord, sync::lock};
+use crate::{
+    Gateway,
+    audit::{AuditRecord, CallDecision},
+    sync::lock,
+};
 
 /// The audit record of one call, while the call runs.
 #[derive(Default)]
@@ -34,6 +38,11 @@ impl Record {
     /// Drops the record: what began turned out to be no call to record.
     pub(crate) fn discard(&self) {
         lock(&self.0).take();
+    }
+
+    /// The decision recorded so far, if the call still holds its record.
+    pub(crate) fn decision(&self) -> Option<CallDecision> {
+        lock(&self.0).as_ref().map(|record| record.decision.clone())
     }
 
     /// Where `relay` takes the record from when it parks the call.

@@ -40,6 +40,7 @@ use crate::{
     mcp::{changes::Held, errors},
     policy::access::Access,
     principal::Principal,
+    telemetry::{Called, Outcome, RequestSpan, UpstreamSpan},
 };
 
 /// Adds the `resources`, `prompts` and `completions` capabilities: every upstream's are served.
@@ -128,10 +129,20 @@ pub(crate) async fn read_resource(
     };
     let mut params = request.clone();
     params.uri = original.into_owned();
+    let span = upstream_span(
+        context,
+        &Called::method("resources/read"),
+        &server,
+        &upstream,
+    );
+    let trace = span.as_ref().and_then(UpstreamSpan::trace_context);
     let answer = tokio::select! {
-        answer = upstream.read_resource(params) => answer,
+        answer = upstream.read_resource(params, trace.as_ref()) => answer,
         () = context.ct.cancelled() => return Err(cancelled()),
     };
+    if let Some(span) = &span {
+        span.finish(answer.as_ref().map(Outcome::of_read));
+    }
     match answer {
         Ok(ReadResourceResponse::Complete(mut result)) => {
             for contents in &mut result.contents {
@@ -201,10 +212,16 @@ pub(crate) async fn get_prompt(
     };
     let mut params = request.clone();
     params.name = prompt.upstream_name.clone();
+    let called = Called::prompt("prompts/get", &prompt.upstream_name);
+    let span = upstream_span(context, &called, &prompt.server, &upstream);
+    let trace = span.as_ref().and_then(UpstreamSpan::trace_context);
     let answer = tokio::select! {
-        answer = upstream.get_prompt(params) => answer,
+        answer = upstream.get_prompt(params, trace.as_ref()) => answer,
         () = context.ct.cancelled() => return Err(cancelled()),
     };
+    if let Some(span) = &span {
+        span.finish(answer.as_ref().map(Outcome::of_prompt));
+    }
     match answer {
         Ok(GetPromptResponse::Complete(mut result)) => {
             namespace_messages(&surface, &prompt.server, &mut result);
@@ -262,10 +279,16 @@ pub(crate) async fn complete(
             "server '{server}' is not configured any more"
         )));
     };
+    let called = Called::method("completion/complete");
+    let span = upstream_span(context, &called, &server, &upstream);
+    let trace = span.as_ref().and_then(UpstreamSpan::trace_context);
     let answer = tokio::select! {
-        answer = upstream.complete(params) => answer,
+        answer = upstream.complete(params, trace.as_ref()) => answer,
         () = context.ct.cancelled() => return Err(cancelled()),
     };
+    if let Some(span) = &span {
+        span.finish(answer.as_ref().map(|_| Outcome::Ok));
+    }
     match answer {
         Ok(mut result) => {
             result.result_type = Some(ResultType::COMPLETE);
@@ -277,6 +300,20 @@ pub(crate) async fn complete(
         }
         Err(error) => Err(failed(&server, "completion/complete", error, modern)),
     }
+}
+
+/// The span of the request `called` to `server` (reached through `upstream`) made for the
+/// client request of `context`, when the gateway traces; the client request's span learns the
+/// server.
+fn upstream_span(
+    context: &RequestContext<RoleServer>,
+    called: &Called<'_>,
+    server: &str,
+    upstream: &Server,
+) -> Option<UpstreamSpan> {
+    let trace = RequestSpan::of(&context.extensions)?;
+    trace.server(server);
+    Some(trace.upstream(called, server, crate::telemetry::transport(upstream)))
 }
 
 /// The caller's page of `items` (those of servers it may see), as rmcp types.
