@@ -70,6 +70,12 @@ fn serve_with_log_format_json_writes_only_json_lines() {
         || gateway.log_text().contains("mcpgw: 1 server ready"),
     );
     assert_json_log(&gateway);
+    // The admin token is in its file, never in a log that may leave the machine.
+    let token = gateway.admin_token();
+    assert!(
+        !gateway.log_text().contains(&token),
+        "the admin token was logged"
+    );
     gateway.proc.terminate();
     // The shutdown lines are JSON too.
     let lines = json_lines(&gateway.log_text());

@@ -131,16 +131,16 @@ pub async fn serve_http_with(
     Ok(())
 }
 
-/// Says where the listener serves and, on an open loopback listener, the admin token (printed
-/// so the operator can use the admin routes; the file has it for the CLI).
+/// Says where the listener serves and, on an open loopback listener, the file holding the admin
+/// token. Never the token itself: a log may be shipped off the machine (`--log-format json`);
+/// the text banner shows it to the person at the terminal, and the CLI reads the file.
 fn log_listening(gateway: &Gateway, local: SocketAddr, access: &ClientAccess) {
     match access.admin_token() {
-        Some(token) => tracing::info!(
+        Some(_) => tracing::info!(
             %local,
             client_keys = "not required (loopback)",
-            admin_token = token.reveal(),
             admin_token_file = %admin_token_path(&gateway.config().store).display(),
-            "serving MCP over Streamable HTTP at http://{local}/mcp; the admin routes need the admin token (header X-Mcpgw-Admin-Token)"
+            "serving MCP over Streamable HTTP at http://{local}/mcp; the admin routes need the admin token (header X-Mcpgw-Admin-Token) from admin_token_file"
         ),
         None => tracing::info!(
             %local,
