@@ -24,6 +24,8 @@ use std::path::Path;
 use serde_json::{Map, Value as Json};
 use toml_edit::{ArrayOfTables, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
+use crate::error::one_line;
+
 /// A `key = { ... }` line longer than this is written as a table of its own instead (as
 /// `mcpgw import` does).
 const MAX_INLINE: usize = 120;
@@ -389,14 +391,6 @@ fn join(at: &str, key: &str) -> String {
     } else {
         format!("{at}.{key}")
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 #[cfg(test)]

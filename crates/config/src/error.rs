@@ -130,3 +130,13 @@ impl fmt::Display for Paths<'_> {
         Ok(())
     }
 }
+
+/// A message of several lines (a configuration error with its summary) in one line: its
+/// non-empty lines, trimmed, joined with "; ".
+pub fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}

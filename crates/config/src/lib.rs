@@ -44,7 +44,7 @@ pub use crate::auth::{Auth, CredentialHeader, HeaderAuth, OAuthConfig};
 pub use crate::check::{Environment, Finding, Report, Severity, ThisMachine, VarState, check};
 pub use crate::discover::discover;
 pub use crate::edit::{ConfigEdit, EditError};
-pub use crate::error::{ConfigError, Location, Problem};
+pub use crate::error::{ConfigError, Location, Problem, one_line};
 pub use crate::import::{Imported, import_mcp_servers_json};
 pub use crate::origin::{AllowedHost, AllowedOrigin};
 pub use crate::policy::{

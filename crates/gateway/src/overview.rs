@@ -255,39 +255,57 @@ pub async fn servers(gateway: &Gateway) -> Vec<ServerRow> {
     for tool in held_tools.iter() {
         *held.entry(tool.server.as_str()).or_default() += 1;
     }
-    let mut rows = Vec::with_capacity(gateway.config().servers.len());
-    for server in &gateway.config().servers {
-        let status = gateway.upstreams().get(&server.name).map(|s| s.status());
-        let (state, reason) = match status.as_ref().map(|s| &s.state) {
-            None => ("disabled".to_owned(), None),
-            Some(
-                upstream::ServerState::Failed { reason }
-                | upstream::ServerState::Unresponsive { reason },
-            ) => (status_word(status.as_ref()), Some(reason.clone())),
-            // Between attempts of a server that keeps failing: why the last one failed.
-            Some(upstream::ServerState::Connecting) => (
-                status_word(status.as_ref()),
-                status.as_ref().and_then(|s| s.last_error.clone()),
-            ),
-            Some(_) => (status_word(status.as_ref()), None),
-        };
-        let status = status.as_ref();
-        rows.push(ServerRow {
-            name: server.name.clone(),
-            state,
-            reason,
-            era: status.and_then(|s| s.era).map(|era| era.to_string()),
-            protocol_version: status.and_then(|s| s.protocol_version.clone()),
-            server_name: status.and_then(|s| s.server_name.clone()),
-            server_version: status.and_then(|s| s.server_version.clone()),
-            tool_count: status.and_then(|s| s.tool_count),
-            connect_ms: status.and_then(|s| s.connect_ms),
-            held: held.get(server.name.as_str()).copied().unwrap_or(0),
-            transport: transport_row(&server.transport),
-            credential: credential_row(gateway, server).await,
-        });
+    let config = gateway.config();
+    let mut rows = Vec::with_capacity(config.servers.len());
+    for server in &config.servers {
+        let held = held.get(server.name.as_str()).copied().unwrap_or(0);
+        rows.push(server_row(gateway, server, held).await);
     }
     rows
+}
+
+/// One configured server's row, as in [`servers`]; `None` for a name not configured.
+pub async fn server(gateway: &Gateway, name: &str) -> Option<ServerRow> {
+    let config = gateway.config();
+    let server = config.server(name)?;
+    let held = gateway
+        .held_tools()
+        .iter()
+        .filter(|tool| tool.server.as_str() == name)
+        .count();
+    Some(server_row(gateway, server, held).await)
+}
+
+async fn server_row(gateway: &Gateway, server: &config::ServerConfig, held: usize) -> ServerRow {
+    let status = gateway.upstreams().get(&server.name).map(|s| s.status());
+    let (state, reason) = match status.as_ref().map(|s| &s.state) {
+        None => ("disabled".to_owned(), None),
+        Some(
+            upstream::ServerState::Failed { reason }
+            | upstream::ServerState::Unresponsive { reason },
+        ) => (status_word(status.as_ref()), Some(reason.clone())),
+        // Between attempts of a server that keeps failing: why the last one failed.
+        Some(upstream::ServerState::Connecting) => (
+            status_word(status.as_ref()),
+            status.as_ref().and_then(|s| s.last_error.clone()),
+        ),
+        Some(_) => (status_word(status.as_ref()), None),
+    };
+    let status = status.as_ref();
+    ServerRow {
+        name: server.name.clone(),
+        state,
+        reason,
+        era: status.and_then(|s| s.era).map(|era| era.to_string()),
+        protocol_version: status.and_then(|s| s.protocol_version.clone()),
+        server_name: status.and_then(|s| s.server_name.clone()),
+        server_version: status.and_then(|s| s.server_version.clone()),
+        tool_count: status.and_then(|s| s.tool_count),
+        connect_ms: status.and_then(|s| s.connect_ms),
+        held,
+        transport: transport_row(&server.transport),
+        credential: credential_row(gateway, server).await,
+    }
 }
 
 fn status_word(status: Option<&upstream::ServerStatus>) -> String {

@@ -24,6 +24,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use config::one_line;
 use ids::ServerName;
 use serde::Serialize;
 use upstream::ListKind;
@@ -329,15 +330,6 @@ fn describe(error: &config::ConfigError, path: &Path) -> String {
             .join("; "),
         other => one_line(&other.to_string()),
     }
-}
-
-/// A configuration error in one line: its lines joined with "; ".
-fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|line| !line.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 fn unix_now() -> u64 {

@@ -482,20 +482,30 @@ pub fn py_client_with(
 
 /// Runs the Python client against `mcpgw serve --stdio` on `config`.
 pub fn py_client_stdio(config: &ConfigDir, era: &str, script: Value) -> Value {
+    py_client_stdio_with(config, &[], era, script, |_| {})
+}
+
+/// [`py_client_stdio`] with extra driver `options` and `setup` adjusting the driver's command
+/// (as [`py_client_with`]).
+pub fn py_client_stdio_with(
+    config: &ConfigDir,
+    options: &[&str],
+    era: &str,
+    script: Value,
+    setup: impl FnOnce(&mut Command),
+) -> Value {
     let path = config.path.display().to_string();
-    py_client(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
-        era,
-        script,
-    )
+    let mut target = vec![
+        "--stdio",
+        mcpgw(),
+        "serve",
+        "--stdio",
+        "--config",
+        &path,
+        "--",
+    ];
+    target.extend_from_slice(options);
+    py_client_with(&target, era, script, setup)
 }
 
 /// All text of a tool result's content blocks, joined.

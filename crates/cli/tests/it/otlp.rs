@@ -408,17 +408,9 @@ fn a_stdio_clients_meta_traceparent_is_the_parent_of_its_requests() {
     ));
     let (trace, client_span) = ("5ce0e9a56015fec5aadfa328ae398115", "ab54a98ceb1f0ad2");
     let document = "mcpgw://everything/demo://resource/static/document/architecture.md";
-    let path = config.path.display().to_string();
-    let report = py_client_with(
-        &[
-            "--stdio",
-            mcpgw(),
-            "serve",
-            "--stdio",
-            "--config",
-            &path,
-            "--",
-        ],
+    let report = py_client_stdio_with(
+        &config,
+        &[],
         "legacy",
         json!([
             {"op": "call_tool", "name": "everything__echo", "arguments": {"message": "x"},

@@ -362,7 +362,13 @@ fn signin_is_not_offered_by_a_stdio_gateway() {
     let fixture = OAuthServer::start(dir.path(), None);
     let config = docs_config(&fixture);
     // Even to a client that takes URL elicitations: the browser would have nowhere to return.
-    let report = py_client_stdio_with(&config, &["--elicit", "open:user=bob"], whoami_script());
+    let report = py_client_stdio_with(
+        &config,
+        &["--elicit", "open:user=bob"],
+        "legacy",
+        whoami_script(),
+        |_| {},
+    );
     let failed = &report["steps"][0];
     assert_eq!(failed["isError"], true, "{report}");
     let text = result_text(failed);
@@ -374,20 +380,4 @@ fn signin_is_not_offered_by_a_stdio_gateway() {
     assert!(!text.contains("could not start the sign-in"), "{text}");
     assert_eq!(report["elicitations"], json!([]), "{report}");
     assert_eq!(fixture.registrations(), 0);
-}
-
-/// [`py_client_stdio`] with extra driver options.
-fn py_client_stdio_with(config: &ConfigDir, options: &[&str], script: Value) -> Value {
-    let path = config.path.display().to_string();
-    let mut target = vec![
-        "--stdio",
-        mcpgw(),
-        "serve",
-        "--stdio",
-        "--config",
-        &path,
-        "--",
-    ];
-    target.extend_from_slice(options);
-    py_client(&target, "legacy", script)
 }

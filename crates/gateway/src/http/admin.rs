@@ -234,6 +234,22 @@ async fn approve_tool(
     }
 }
 
+/// A handler argument that admits administrators only: extracting it runs [`admin_only`], so a
+/// route that takes it answers 403 to anyone else before its handler starts.
+pub(crate) struct Admin;
+
+impl axum::extract::FromRequestParts<Arc<Gateway>> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        gateway: &Arc<Gateway>,
+    ) -> Result<Self, Response> {
+        let caller = parts.extensions.get::<Principal>().cloned().map(Extension);
+        admin_only(gateway, caller).map(|()| Admin)
+    }
+}
+
 /// The local user, or a principal whose profile says `admin = true`; else 403.
 #[allow(clippy::result_large_err)]
 pub(crate) fn admin_only(

@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use axum::{
-    Extension, Json, Router,
+    Json, Router,
     body::Bytes,
     extract::{Path, State},
     http::StatusCode,
@@ -39,12 +39,9 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     ChangeError, Gateway, ServerChange,
-    http::{admin::admin_only, admin_v1::clip},
+    http::{admin::Admin, admin_v1::clip},
     overview,
-    principal::Principal,
 };
-
-type Caller = Option<Extension<Principal>>;
 
 pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
     Router::new()
@@ -60,14 +57,7 @@ pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
 }
 
 /// `POST /admin/v1/servers` (routed by `admin_v1` beside its `GET`).
-pub(crate) async fn add(
-    State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
-    body: Bytes,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
+pub(crate) async fn add(State(gateway): State<Arc<Gateway>>, _: Admin, body: Bytes) -> Response {
     let (text, object) = match object_body(&body) {
         Ok(read) => read,
         Err(bad) => return bad,
@@ -78,13 +68,10 @@ pub(crate) async fn add(
 
 async fn replace(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     match object_body(&body) {
         Ok((_, server)) => {
             changed(
@@ -100,13 +87,10 @@ async fn replace(
 
 async fn patch(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     match object_body(&body) {
         Ok((_, patch)) => changed(&gateway, ServerChange::Patch(name, patch), StatusCode::OK).await,
         Err(bad) => bad,
@@ -115,34 +99,25 @@ async fn patch(
 
 async fn remove(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     changed(&gateway, ServerChange::Remove(name), StatusCode::OK).await
 }
 
 async fn enable(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     changed(&gateway, ServerChange::Enable(name, true), StatusCode::OK).await
 }
 
 async fn disable(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     changed(&gateway, ServerChange::Enable(name, false), StatusCode::OK).await
 }
 
@@ -168,29 +143,14 @@ pub(crate) fn refusal(refused: &ChangeError) -> Response {
     super::errors::plain(status, &refused.to_string())
 }
 
-async fn one(
-    State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
-    Path(name): Path<String>,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
-    let rows = overview::servers(&gateway).await;
-    match rows.into_iter().find(|row| row.name.as_str() == name) {
+async fn one(State(gateway): State<Arc<Gateway>>, _: Admin, Path(name): Path<String>) -> Response {
+    match overview::server(&gateway, &name).await {
         Some(row) => Json(row).into_response(),
         None => unknown(&name),
     }
 }
 
-async fn test(
-    State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
-    Path(name): Path<String>,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
+async fn test(State(gateway): State<Arc<Gateway>>, _: Admin, Path(name): Path<String>) -> Response {
     let config = gateway.config();
     let Some(server) = config.server(&name).cloned() else {
         return unknown(&name);
@@ -201,12 +161,9 @@ async fn test(
 
 async fn credentials(
     State(gateway): State<Arc<Gateway>>,
-    caller: Caller,
+    _: Admin,
     Path(name): Path<String>,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     let config = gateway.config();
     match config.server(&name) {
         Some(server) => Json(overview::credentials(&gateway, server).await).into_response(),

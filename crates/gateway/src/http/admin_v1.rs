@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use axum::{
-    Extension, Json, Router,
+    Json, Router,
     extract::{RawQuery, State},
     http::StatusCode,
     response::{IntoResponse, Response},
@@ -32,9 +32,8 @@ use serde_json::json;
 
 use crate::{
     Gateway,
-    http::admin::admin_only,
+    http::admin::Admin,
     overview::{self, MAX_TOP_K, SearchQuery, ToolsQuery},
-    principal::Principal,
 };
 
 pub(crate) const SERVERS_PATH: &str = "/admin/v1/servers";
@@ -54,26 +53,16 @@ pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
 
 async fn servers(
     State(gateway): State<Arc<Gateway>>,
-    caller: Option<Extension<Principal>>,
+    _: Admin,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     if let Err(bad) = parameters(raw.as_deref(), &[], &[]) {
         return bad_request(&bad);
     }
     Json(json!({"servers": overview::servers(&gateway).await})).into_response()
 }
 
-async fn tools(
-    State(gateway): State<Arc<Gateway>>,
-    caller: Option<Extension<Principal>>,
-    RawQuery(raw): RawQuery,
-) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
+async fn tools(State(gateway): State<Arc<Gateway>>, _: Admin, RawQuery(raw): RawQuery) -> Response {
     match tools_query(raw.as_deref(), &gateway.config()) {
         Ok(query) => Json(overview::tools(&gateway, &query).await).into_response(),
         Err(bad) => bad_request(&bad),
@@ -82,12 +71,9 @@ async fn tools(
 
 async fn search(
     State(gateway): State<Arc<Gateway>>,
-    caller: Option<Extension<Principal>>,
+    _: Admin,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(refused) = admin_only(&gateway, caller) {
-        return refused;
-    }
     match search_query(raw.as_deref(), &gateway.config()) {
         Ok(query) => Json(overview::search(&gateway, &query).await).into_response(),
         Err(bad) => bad_request(&bad),

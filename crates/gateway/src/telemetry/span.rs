@@ -109,15 +109,7 @@ impl RequestSpan {
     pub(crate) fn finish(&self, result: Result<Outcome, &McpError>) {
         let span = self.cx.span();
         match result {
-            Ok(Outcome::ToolError) => {
-                span.set_attribute(KeyValue::new(OUTCOME, "tool_error"));
-                span.set_attribute(KeyValue::new("error.type", "tool_error"));
-                span.set_status(Status::error("the tool call ended with isError"));
-            }
-            Ok(Outcome::InputRequired) => {
-                span.set_attribute(KeyValue::new(OUTCOME, "input_required"));
-            }
-            Ok(Outcome::Ok) => span.set_attribute(KeyValue::new(OUTCOME, "ok")),
+            Ok(outcome) => outcome.record(&span),
             Err(error) => {
                 let code = error.code.0.to_string();
                 span.set_attribute(KeyValue::new(OUTCOME, "error"));
@@ -203,15 +195,7 @@ impl UpstreamSpan {
     pub(crate) fn finish(&self, result: Result<Outcome, &UpstreamError>) {
         let span = self.cx.span();
         match result {
-            Ok(Outcome::ToolError) => {
-                span.set_attribute(KeyValue::new(OUTCOME, "tool_error"));
-                span.set_attribute(KeyValue::new("error.type", "tool_error"));
-                span.set_status(Status::error("the tool call ended with isError"));
-            }
-            Ok(Outcome::InputRequired) => {
-                span.set_attribute(KeyValue::new(OUTCOME, "input_required"));
-            }
-            Ok(Outcome::Ok) => span.set_attribute(KeyValue::new(OUTCOME, "ok")),
+            Ok(outcome) => outcome.record(&span),
             Err(error) => {
                 span.set_attribute(KeyValue::new(OUTCOME, "upstream_error"));
                 span.set_attribute(KeyValue::new("error.type", error_type(error.cause())));
@@ -332,6 +316,21 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// Says on `span` what the request (or the upstream call) was answered.
+    fn record(self, span: &opentelemetry::trace::SpanRef<'_>) {
+        match self {
+            Outcome::ToolError => {
+                span.set_attribute(KeyValue::new(OUTCOME, "tool_error"));
+                span.set_attribute(KeyValue::new("error.type", "tool_error"));
+                span.set_status(Status::error("the tool call ended with isError"));
+            }
+            Outcome::InputRequired => {
+                span.set_attribute(KeyValue::new(OUTCOME, "input_required"));
+            }
+            Outcome::Ok => span.set_attribute(KeyValue::new(OUTCOME, "ok")),
+        }
+    }
+
     /// What a `tools/call` was answered.
     pub(crate) fn of_call(response: &CallToolResponse) -> Outcome {
         match response {

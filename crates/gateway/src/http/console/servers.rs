@@ -152,9 +152,8 @@ fn add_forms(csrf: &str) -> String {
 
 /// `POST /ui/servers`: adds the server of the form, or the servers pasted.
 pub(super) async fn add(State(console): Shared, headers: HeaderMap, body: Bytes) -> Response {
-    let form = fields(&body);
-    let session = match admin_form(&console, &headers, &form) {
-        Ok(session) => session,
+    let (session, form) = match admin_form(&console, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let note = match added(&form) {
@@ -283,11 +282,8 @@ async fn server_body(
     tested: Option<&ServerTest>,
 ) -> Response {
     let config = console.gateway.config();
-    let rows = overview::servers(&console.gateway).await;
-    let (Some(server), Some(row)) = (
-        config.server(name),
-        rows.iter().find(|row| row.name.as_str() == name),
-    ) else {
+    let row = overview::server(&console.gateway, name).await;
+    let (Some(server), Some(row)) = (config.server(name), row.as_ref()) else {
         let mut body = format!("<h1>{}</h1>", esc(name));
         if let Some(note) = note {
             body.push_str(&note.html());
@@ -396,9 +392,8 @@ pub(super) async fn test(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let form = fields(&body);
-    let session = match admin_form(&console, &headers, &form) {
-        Ok(session) => session,
+    let (session, _) = match admin_form(&console, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let config = console.gateway.config();
@@ -436,9 +431,8 @@ async fn toggle(
     body: Bytes,
     enabled: bool,
 ) -> Response {
-    let form = fields(&body);
-    let session = match admin_form(&console, &headers, &form) {
-        Ok(session) => session,
+    let (session, _) = match admin_form(&console, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let change = ServerChange::Enable(name.clone(), enabled);
@@ -455,9 +449,8 @@ pub(super) async fn remove(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let form = fields(&body);
-    let session = match admin_form(&console, &headers, &form) {
-        Ok(session) => session,
+    let (session, _) = match admin_form(&console, &headers, &body) {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let outcome = console
@@ -472,11 +465,12 @@ pub(super) async fn remove(
 fn admin_form(
     console: &Console,
     headers: &HeaderMap,
-    form: &HashMap<String, String>,
-) -> Result<Session, Box<Response>> {
-    let session = form_session(console, headers, form)?;
+    body: &[u8],
+) -> Result<(Session, HashMap<String, String>), Box<Response>> {
+    let form = fields(body);
+    let session = form_session(console, headers, &form)?;
     if session.principal.is_admin(&console.gateway.config().policy) {
-        Ok(session)
+        Ok((session, form))
     } else {
         Err(Box::new(text_page(
             StatusCode::FORBIDDEN,
