@@ -2,14 +2,23 @@
 and Debian's chromedriver, as a person would, and reports what each page showed.
 
     .peers/venv/bin/python tests/clients/console_browser.py BASE_URL TOKEN OUT_DIR \
-        [--search QUERY] [--approve TOOL] [--add-server NAME COMMAND] [--test-server NAME]
+        [--search QUERY] [--approve TOOL] [--add-server NAME COMMAND] [--test-server NAME] \
+        [--oauth-sign-in SERVER [--expect-tool TOOL]] [--oauth-sign-out SERVER] \
+        [--add-client NAME] [--remove-client NAME]
 
 Opens BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), then every page: servers,
 tools, search (with QUERY), audit; with --add-server it fills in the servers page's "Add a
 server" form (a stdio server NAME running COMMAND), reads the note the answer shows, and opens
 the new server's page to read its tools; with --test-server it opens NAME's page, presses
 Test and reads the report or the error; with --approve it waits (up to 60 s) on the approvals
-page for a pending call of TOOL and presses its Approve button. A screenshot of each page goes to
+page for a pending call of TOOL and presses its Approve button. With --oauth-sign-in it presses
+SERVER's Sign in button on the sign-ins page and follows the browser through the authorization
+server (whatever it shows; the test fixture approves at once) back to the console, reads the
+sign-ins there, and with --expect-tool waits (up to 30 s) for TOOL on the tools page; with
+--oauth-sign-out it presses Sign out on SERVER's row and reads the note. With --add-client it
+fills in the clients page's form, reads the key shown once (the screenshot of that page has the
+key blanked out), then opens the page again and says whether the key is still anywhere in it;
+with --remove-client it presses NAME's Remove button and reads the note. A screenshot of each page goes to
 OUT_DIR/<page>.png. Prints one JSON object: the landing URL, the session cookie's flags, and
 per page its title and what it listed. Exit 0 when the tour ran (the test judges the report),
 1 when the browser failed.
@@ -62,6 +71,14 @@ def tour(driver, args) -> dict:
         report["add_server"] = add_server(driver, args, out)
     if args.test_server:
         report["test_server"] = test_server(driver, args, out)
+    if args.oauth_sign_in:
+        report["oauth_sign_in"] = oauth_sign_in(driver, args, out)
+    if args.oauth_sign_out:
+        report["oauth_sign_out"] = oauth_sign_out(driver, args, out)
+    if args.add_client:
+        report["add_client"] = add_client(driver, args, out)
+    if args.remove_client:
+        report["remove_client"] = remove_client(driver, args, out)
     tools = visit(driver, out, args.base, "/ui/tools", "tools")
     tools["names"] = texts(driver, "td.name")
     report["tools"] = tools
@@ -126,6 +143,116 @@ def test_server(driver, args, out: Path) -> dict:
     }
 
 
+def connections(driver) -> dict:
+    return {
+        "servers": {
+            row.get_attribute("id"): row.find_element(By.CSS_SELECTOR, "td.status").text
+            for row in driver.find_elements(By.CSS_SELECTOR, "#oauth-servers tr[id]")
+        },
+        "connections": [
+            {
+                "server": row.find_element(By.CSS_SELECTOR, "td.name").text,
+                "principal": row.find_element(By.CSS_SELECTOR, "td.principal").text,
+                "status": row.find_element(By.CSS_SELECTOR, "td.status").text,
+            }
+            for row in driver.find_elements(By.CSS_SELECTOR, "#connections tr")[1:]
+        ],
+        "notes": texts(driver, "#note"),
+    }
+
+
+def oauth_sign_in(driver, args, out: Path) -> dict:
+    server = args.oauth_sign_in
+    driver.get(args.base + "/ui/connections")
+    before = connections(driver)
+    driver.save_screenshot(str(out / "connections.png"))
+    driver.find_element(By.CSS_SELECTOR, f"#oauth-{server} button.signin").click()
+    # Through the authorization server and the gateway's callback, back to the console.
+    visited = []
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        url = driver.current_url
+        if not visited or visited[-1] != url:
+            visited.append(url)
+        if url.endswith("/ui/connections") and driver.find_elements(By.ID, "oauth-servers"):
+            break
+        time.sleep(0.1)
+    WebDriverWait(driver, 10).until(lambda d: d.find_elements(By.ID, "oauth-servers"))
+    driver.save_screenshot(str(out / "connections-signed-in.png"))
+    report = {"before": before, "after": connections(driver), "landed": driver.current_url, "visited": visited}
+    if args.expect_tool:
+        deadline = time.time() + 30
+        names: list[str] = []
+        while time.time() < deadline:
+            driver.get(args.base + "/ui/tools")
+            names = texts(driver, "td.name")
+            if args.expect_tool in names:
+                break
+            time.sleep(0.5)
+        report["tools"] = names
+    return report
+
+
+def oauth_sign_out(driver, args, out: Path) -> dict:
+    server = args.oauth_sign_out
+    driver.get(args.base + "/ui/connections")
+    rows = [
+        row
+        for row in driver.find_elements(By.CSS_SELECTOR, "#connections tr")[1:]
+        if row.find_element(By.CSS_SELECTOR, "td.name").text == server
+    ]
+    if not rows:
+        return {"found": False, **connections(driver)}
+    rows[0].find_element(By.CSS_SELECTOR, "button.signout").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "note"))
+    driver.save_screenshot(str(out / "connections-signed-out.png"))
+    return {"found": True, **connections(driver)}
+
+
+def clients(driver) -> list[str]:
+    return texts(driver, "#clients td.name")
+
+
+def add_client(driver, args, out: Path) -> dict:
+    driver.get(args.base + "/ui/clients")
+    before = clients(driver)
+    form = driver.find_element(By.ID, "add-client")
+    form.find_element(By.NAME, "name").send_keys(args.add_client)
+    form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "new-key") or d.find_elements(By.ID, "note"))
+    keys = texts(driver, "#new-key #key")
+    key = keys[0] if keys else None
+    after = clients(driver)
+    # The artefact shows the page, not the key.
+    driver.execute_script("for (const k of document.querySelectorAll('#key')) k.textContent = 'mcpgw_(blanked out in this screenshot)';")
+    driver.save_screenshot(str(out / "clients-added.png"))
+    # Opened again: the key is not on the page any more.
+    driver.get(args.base + "/ui/clients")
+    driver.save_screenshot(str(out / "clients.png"))
+    source = driver.page_source
+    return {
+        "key": key,
+        "notes": texts(driver, "#note"),
+        "before": before,
+        "after": after,
+        "reopened": clients(driver),
+        "key_shown_again": bool(key) and key in source,
+        "new_key_box_again": bool(driver.find_elements(By.ID, "new-key")),
+        "profiles": {
+            section.get_attribute("id"): texts(section, "ul.tools li")
+            for section in driver.find_elements(By.CSS_SELECTOR, "section.profile")
+        },
+    }
+
+
+def remove_client(driver, args, out: Path) -> dict:
+    driver.get(args.base + "/ui/clients")
+    driver.find_element(By.CSS_SELECTOR, f"#client-{args.remove_client} button.remove").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "note"))
+    driver.save_screenshot(str(out / "clients-removed.png"))
+    return {"note": " ".join(texts(driver, "#note")), "clients": clients(driver)}
+
+
 def approve(driver, args, out: Path) -> dict:
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -152,6 +279,11 @@ def main() -> int:
     parser.add_argument("--approve")
     parser.add_argument("--add-server", nargs=2, metavar=("NAME", "COMMAND"))
     parser.add_argument("--test-server", metavar="NAME")
+    parser.add_argument("--oauth-sign-in", metavar="SERVER")
+    parser.add_argument("--expect-tool", metavar="TOOL")
+    parser.add_argument("--oauth-sign-out", metavar="SERVER")
+    parser.add_argument("--add-client", metavar="NAME")
+    parser.add_argument("--remove-client", metavar="NAME")
     args = parser.parse_args()
     try:
         driver = browser()

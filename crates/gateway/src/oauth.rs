@@ -410,6 +410,33 @@ pub use store::time::unix_seconds;
 /// The page a browser is shown when it comes back from the authorization server: one
 /// paragraph of `text`, escaped (it may quote what the authorization server sent).
 pub fn browser_page(text: &str) -> String {
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcpgw</title></head>\n<body><p>{}</p></body></html>\n",
+        escape(text)
+    )
+}
+
+/// [`browser_page`] for a sign-in the web console started, with a link back to `back`, the
+/// console's page of sign-ins; a successful one (`at_once`) sends the browser there by itself.
+/// A refresh, not a redirect: the browser arrives here from the authorization server's site,
+/// and a redirect would keep that cross-site navigation going, on which the console's
+/// `SameSite=Strict` cookie is not sent; the refresh is this page's own navigation, same-site,
+/// so the console opens signed in. A failure stays on this page, which says why.
+pub fn browser_page_back(text: &str, back: &str, at_once: bool) -> String {
+    let back = escape(back);
+    let refresh = if at_once {
+        format!("<meta http-equiv=\"refresh\" content=\"0; url={back}\">")
+    } else {
+        String::new()
+    };
+    format!(
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\">{refresh}<title>mcpgw</title></head>\n<body><p>{}</p><p><a href=\"{back}\">Back to the console</a></p></body></html>\n",
+        escape(text)
+    )
+}
+
+/// `text` safe in HTML text and double-quoted attributes.
+fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -421,9 +448,24 @@ pub fn browser_page(text: &str) -> String {
             c => escaped.push(c),
         }
     }
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>mcpgw</title></head>\n<body><p>{escaped}</p></body></html>\n"
-    )
+    escaped
+}
+
+/// Signs `principal` (an id: `local`, `client:NAME`, `user:SUBJECT`) out of `server`: its
+/// stored tokens are deleted and its own session with the server ends. Whether it had either.
+/// What `DELETE /admin/v1/connections/...` and the console's Sign out button do.
+pub(crate) async fn sign_out(
+    gateway: &crate::Gateway,
+    store: &Store,
+    server: &str,
+    principal: &str,
+) -> Result<bool, store::StoreError> {
+    let deleted = store.delete_credentials(server, principal).await?;
+    let ended = gateway
+        .upstreams()
+        .forget_principal(server, &PrincipalId::new(principal))
+        .await;
+    Ok(deleted || ended)
 }
 
 #[cfg(test)]
@@ -433,6 +475,23 @@ mod tests {
     use super::*;
 
     const ISSUER: &str = "https://as.example";
+
+    #[test]
+    fn the_browser_page_escapes_and_may_send_the_browser_back() {
+        assert!(
+            browser_page("failed: <x> & 'y'")
+                .contains("<p>failed: &lt;x&gt; &amp; &#39;y&#39;</p>")
+        );
+        let back = browser_page_back("Signed in to 'docs'.", "/ui/connections", true);
+        assert!(
+            back.contains("<meta http-equiv=\"refresh\" content=\"0; url=/ui/connections\">"),
+            "{back}"
+        );
+        assert!(back.contains("<a href=\"/ui/connections\">Back to the console</a>"));
+        assert!(back.contains("Signed in to &#39;docs&#39;."));
+        let failed = browser_page_back("Signing in failed.", "/ui/connections", false);
+        assert!(!failed.contains("refresh") && failed.contains("Back to the console"));
+    }
 
     fn token(access: &str) -> OAuthTokenResponse {
         serde_json::from_value(serde_json::json!({

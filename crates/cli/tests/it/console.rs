@@ -5,18 +5,29 @@
 //! search lists, approves a call a real Python SDK client is waiting on (the call then
 //! completes), and finds it in the audit log. In a second run it adds a stdio server (the
 //! Python `mcp-server-time`) from the servers page's form and finds its tools on its page, and
-//! tests the unreachable server and reads why it failed. A screenshot of each page is kept
-//! under `target/test-artifacts/console/`. Without a browser, the session and form rules: no
-//! page without a session, a wrong token refused, a form with a stale CSRF token refused, a
-//! cross-site form post refused by the guard; and the server forms: a pasted `mcpServers`
-//! snippet added, disabled and removed, each in the file, a server the loader refuses shown
-//! with its problem (escaped) and the file untouched.
+//! tests the unreachable server and reads why it failed. On the sign-ins page it signs in to
+//! an OAuth upstream (tests/fixtures/oauth_server.py) through the authorization server and
+//! back, sees the server's tool listed and called by a real client, and signs out again. On
+//! the clients page of a keyed gateway it adds a client key, reads it once, uses it on `/mcp`,
+//! finds it gone from the page when opened again, and removes it (the key then refused). A
+//! screenshot of each page is kept under `target/test-artifacts/console/`. Without a browser,
+//! the session and form rules: no page without a session, a wrong token refused, a form with a
+//! stale CSRF token refused, a cross-site form post refused by the guard, every form of the
+//! sign-ins and clients pages refused without the session or its CSRF token (and nothing
+//! changed); and the server forms: a pasted `mcpServers` snippet added, disabled and removed,
+//! each in the file, a server the loader refuses shown with its problem (escaped) and the file
+//! untouched.
 
-use std::{path::PathBuf, process::Command, thread, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    thread,
+    time::Duration,
+};
 
 use serde_json::{Value, json};
 
-use crate::{approvals::filesystem_server, harness::*};
+use crate::{approvals::filesystem_server, harness::*, oauth_fixture::OAuthServer};
 
 fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -393,4 +404,364 @@ fn console_server_forms_change_the_file_need_their_csrf_token_and_escape_what_th
         "escaped: {page}"
     );
     assert_eq!(file(), original);
+}
+
+/// Runs tests/clients/console_browser.py signed in with `secret` (the link's token, or an
+/// administrator's key on a keyed gateway), screenshots into `out`: its report.
+fn browse(gateway: &Gateway, secret: &str, out: &Path, args: &[&str]) -> Value {
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    let browser = Command::new(venv_bin("python"))
+        .arg(repo_root().join("tests/clients/console_browser.py"))
+        .args([&base, secret])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("the browser driver runs");
+    assert!(
+        browser.status.success(),
+        "{}\n{}",
+        text(&browser.stderr),
+        gateway.log_text()
+    );
+    serde_json::from_slice(&browser.stdout).expect("report")
+}
+
+/// A gateway in front of the OAuth fixture's MCP server, `docs`, never signed in.
+fn oauth_gateway(fixture: &OAuthServer) -> Gateway {
+    Gateway::start(write_config(&format!(
+        "[[servers]]\nname = \"docs\"\ntimeout_s = 10\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", url = \"{}\" }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
+        fixture.endpoint("/mcp")
+    )))
+}
+
+/// `docs__whoami` called through `call_tool` by a real Python SDK client.
+fn whoami(gateway: &Gateway) -> Value {
+    let script = json!([{"op": "call_tool", "name": "call_tool",
+                         "arguments": {"name": "docs__whoami", "arguments": {}}}]);
+    let report = py_client(&["--url", &gateway.url()], "legacy", script);
+    report["steps"][0].clone()
+}
+
+#[test]
+fn in_chromium_an_oauth_upstream_is_signed_in_from_the_console_and_signed_out_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = OAuthServer::start(dir.path(), None);
+    let gateway = oauth_gateway(&fixture);
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    let token = admin_token(&gateway);
+    let out = artifacts().join("connections");
+
+    let report = browse(
+        &gateway,
+        &token,
+        &out.join("sign-in"),
+        &["--oauth-sign-in", "docs", "--expect-tool", "docs__whoami"],
+    );
+    let signed = &report["oauth_sign_in"];
+    assert_eq!(
+        signed["before"]["servers"],
+        json!({"oauth-docs": "not signed in"}),
+        "{signed}"
+    );
+    assert_eq!(signed["before"]["connections"], json!([]), "{signed}");
+    // Through the authorization server (its /authorize, then the code exchanged with PKCE)
+    // and the gateway's callback, back on the console's page, which shows the sign-in.
+    assert_eq!(
+        signed["landed"],
+        format!("{base}/ui/connections"),
+        "{signed}"
+    );
+    assert_eq!(fixture.registrations(), 1);
+    assert_eq!(fixture.grants("authorization_code"), 1);
+    assert!(
+        fixture
+            .requests()
+            .iter()
+            .any(|r| r["path"] == "/authorize" && r["query"]["code_challenge_method"] == "S256"),
+        "the browser went through /authorize"
+    );
+    assert_eq!(
+        signed["after"]["servers"],
+        json!({"oauth-docs": "signed in"}),
+        "{signed}"
+    );
+    assert_eq!(
+        signed["after"]["connections"],
+        json!([{"server": "docs", "principal": "local", "status": "signed in"}]),
+        "{signed}"
+    );
+    let tools = signed["tools"].to_string();
+    assert!(tools.contains("docs__whoami"), "listed: {tools}");
+
+    // A real client's call of the upstream's tool now goes through, as the fixture's user.
+    let call = whoami(&gateway);
+    assert_eq!(call["isError"], false, "{call}\n{}", gateway.log_text());
+    assert!(result_text(&call).contains(r#""user": "user""#), "{call}");
+
+    let report = browse(
+        &gateway,
+        &token,
+        &out.join("sign-out"),
+        &["--oauth-sign-out", "docs"],
+    );
+    let signed_out = &report["oauth_sign_out"];
+    assert_eq!(signed_out["found"], true, "{signed_out}");
+    assert_eq!(
+        signed_out["notes"],
+        json!(["Signed local out of docs."]),
+        "{signed_out}"
+    );
+    assert_eq!(signed_out["connections"], json!([]), "{signed_out}");
+    assert_eq!(
+        signed_out["servers"],
+        json!({"oauth-docs": "not signed in"}),
+        "{signed_out}"
+    );
+    let again = whoami(&gateway);
+    assert_eq!(again["isError"], true, "signed out: {again}");
+    assert!(
+        result_text(&again).contains("/oauth/start?server=docs"),
+        "the sign-in is offered again: {again}"
+    );
+
+    let log = gateway.log_text();
+    for secret in fixture.secrets_seen() {
+        assert!(!log.contains(&secret), "the gateway log holds a secret");
+    }
+    for page in [
+        "sign-in/connections",
+        "sign-in/connections-signed-in",
+        "sign-out/connections-signed-out",
+    ] {
+        assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
+
+/// A keyed gateway (a client key exists before it starts) with the time server, a profile `ops` for the
+/// administrator `boss` and a read-only profile `viewer`; and boss's key.
+fn keyed_gateway() -> (Gateway, String) {
+    let profiles = "[[profiles]]\nname = \"ops\"\nclients = [\"boss\"]\nadmin = true\n\n\
+                    [[profiles]]\nname = \"viewer\"\nclients = [\"ci\"]\nallow = [\"time__get_current_time\"]\n";
+    let (config, _) = listening_config("", &format!("{}\n{profiles}", time_stdio_server("time")));
+    let boss = add_client(&config.path, "boss");
+    (Gateway::start_configured(config, |_| {}), boss)
+}
+
+#[test]
+fn in_chromium_a_client_key_is_shown_once_works_and_stops_working_when_removed() {
+    let (gateway, boss) = keyed_gateway();
+    let out = artifacts().join("clients");
+    let report = browse(&gateway, &boss, &out.join("add"), &["--add-client", "ci"]);
+    let added = &report["add_client"];
+    assert_eq!(added["before"], json!(["boss"]), "{added}");
+    assert_eq!(added["after"], json!(["boss", "ci"]), "{added}");
+    let key = added["key"]
+        .as_str()
+        .expect("the key, shown once")
+        .to_owned();
+    assert!(key.starts_with("mcpgw_") && key.len() > 40, "{added}");
+    assert_eq!(added["key_shown_again"], false, "{added}");
+    assert_eq!(added["new_key_box_again"], false, "{added}");
+    assert_eq!(added["reopened"], json!(["boss", "ci"]), "{added}");
+    // The profiles, with what each exposes: ci's read-only view has the one tool allowed.
+    assert_eq!(
+        added["profiles"]["profile-viewer"],
+        json!(["time__get_current_time"]),
+        "{added}"
+    );
+    let ops = added["profiles"]["profile-ops"].to_string();
+    assert!(
+        ops.contains("time__get_current_time") && ops.contains("time__convert_time"),
+        "{added}"
+    );
+
+    // The key works on /mcp, as client ci.
+    let (status, _, body) = initialize(&gateway.url(), Some(&format!("Bearer {key}")));
+    assert_eq!(status, 200, "{body}");
+    let called = py_client(
+        &[
+            "--url",
+            &gateway.url(),
+            "--header",
+            &format!("Authorization: Bearer {key}"),
+        ],
+        "legacy",
+        json!([{"op": "call_tool", "name": "call_tool", "arguments": {
+            "name": "time__get_current_time", "arguments": {"timezone": "UTC"}}}]),
+    );
+    let call = &called["steps"][0];
+    assert_eq!(call["isError"], false, "{called}");
+    assert!(
+        result_text(call).contains("\"timezone\": \"UTC\""),
+        "{called}"
+    );
+    assert!(
+        !gateway.log_text().contains(&key),
+        "the key is never in the log"
+    );
+
+    let report = browse(
+        &gateway,
+        &boss,
+        &out.join("remove"),
+        &["--remove-client", "ci"],
+    );
+    let removed = &report["remove_client"];
+    assert!(
+        removed["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("Removed client ci")),
+        "{removed}"
+    );
+    assert_eq!(removed["clients"], json!(["boss"]), "{removed}");
+    let (status, _, body) = initialize(&gateway.url(), Some(&format!("Bearer {key}")));
+    assert_eq!(status, 401, "removed: {body}");
+    for page in ["add/clients-added", "add/clients", "remove/clients-removed"] {
+        assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
+
+/// The CSRF token of the page at `path` (its first form's).
+fn csrf_of(base: &str, session: &str, path: &str) -> String {
+    let (status, _, page) = raw(base, "GET", path, &[("cookie", session)], "");
+    assert_eq!(status, 200, "{page}");
+    let (_, after) = page
+        .split_once("name=\"csrf\" value=\"")
+        .expect("a form with the CSRF token");
+    after.split('"').next().expect("token").to_owned()
+}
+
+#[test]
+fn console_sign_in_and_client_forms_need_the_session_and_its_csrf_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = OAuthServer::start(dir.path(), None);
+    let gateway = oauth_gateway(&fixture);
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    let (session, csrf) = console_session(&base, &admin_token(&gateway));
+    assert_eq!(csrf_of(&base, &session, "/ui/connections"), csrf);
+    assert_eq!(csrf_of(&base, &session, "/ui/clients"), csrf);
+    let cookie = [("cookie", session.as_str())];
+    let connections = |expect: &str| {
+        let (_, _, page) = raw(&base, "GET", "/ui/connections", &cookie, "");
+        assert!(page.contains(expect), "{expect}: {page}");
+    };
+
+    // Each route, without the session (to the login page) and with a forged token (403):
+    // nothing starts, nothing changes.
+    let refused = |path: &str, pairs: &[(&str, &str)]| {
+        let mut forged = vec![("csrf", "forged")];
+        forged.extend_from_slice(pairs);
+        let (status, location, body) = raw(&base, "POST", path, &cookie, &form(&forged));
+        assert_eq!(status, 403, "{path} with a forged token: {body}");
+        let mut genuine = vec![("csrf", csrf.as_str())];
+        genuine.extend_from_slice(pairs);
+        let (status, location_without, _) = raw(&base, "POST", path, &[], &form(&genuine));
+        assert_eq!(
+            (status, location_without.as_str()),
+            (303, "/ui/login"),
+            "{path} without the session ({location})"
+        );
+        let (status, _, _) = raw(
+            &base,
+            "POST",
+            path,
+            &[("cookie", "mcpgw_console=not-a-session")],
+            &form(&genuine),
+        );
+        assert_eq!(status, 303, "{path} with a made-up session");
+    };
+    refused("/ui/connections/signin", &[("server", "docs")]);
+    assert_eq!(fixture.registrations(), 0, "no sign-in was started");
+    refused("/ui/clients", &[("name", "sneaky")]);
+    refused("/ui/clients/remove", &[("name", "sneaky")]);
+    let (_, _, page) = raw(&base, "GET", "/ui/clients", &cookie, "");
+    assert!(page.contains("No client key exists."), "{page}");
+
+    // The genuine form: a page that moves the browser on to the authorization server (the
+    // console's `form-action 'self'` would stop a redirect there).
+    let (status, _, page) = raw(
+        &base,
+        "POST",
+        "/ui/connections/signin",
+        &cookie,
+        &form(&[("csrf", &csrf), ("server", "docs")]),
+    );
+    assert_eq!(status, 200, "{page}");
+    let (_, after) = page
+        .split_once("http-equiv=\"refresh\" content=\"0; url=")
+        .expect("a refresh");
+    let authorize = after.split('"').next().expect("url").replace("&amp;", "&");
+    assert!(
+        authorize.starts_with(&fixture.endpoint("/authorize?")),
+        "{authorize}"
+    );
+    connections("waiting for the browser");
+    // The browser's part, followed by hand: the authorization server, then the gateway's
+    // callback, whose page sends the browser back to the console.
+    let landed = reqwest::blocking::get(&authorize)
+        .and_then(|r| r.text())
+        .expect("the sign-in ends at the gateway");
+    assert!(
+        landed.contains("Signed in to &#39;docs&#39;.")
+            && landed.contains("http-equiv=\"refresh\" content=\"0; url=/ui/connections\""),
+        "{landed}"
+    );
+    connections("<td class=\"principal\">local</td><td class=\"status\">signed in</td>");
+
+    let sign_out = [("server", "docs"), ("principal", "local")];
+    refused("/ui/connections/signout", &sign_out);
+    connections("<td class=\"principal\">local</td><td class=\"status\">signed in</td>");
+    let mut genuine = vec![("csrf", csrf.as_str())];
+    genuine.extend_from_slice(&sign_out);
+    let (status, _, page) = raw(
+        &base,
+        "POST",
+        "/ui/connections/signout",
+        &cookie,
+        &form(&genuine),
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("Signed local out of docs.") && page.contains("Nobody is signed in"),
+        "{page}"
+    );
+
+    // An added client's key is on the answer once; a removed one is gone.
+    let (status, _, page) = raw(
+        &base,
+        "POST",
+        "/ui/clients",
+        &cookie,
+        &form(&[("csrf", &csrf), ("name", "ci")]),
+    );
+    assert_eq!(status, 200, "{page}");
+    let (_, after) = page.split_once("<code id=\"key\">").expect("the key");
+    let key = after.split('<').next().expect("key").to_owned();
+    assert!(key.starts_with("mcpgw_"), "{key}");
+    let (_, _, again) = raw(&base, "GET", "/ui/clients", &cookie, "");
+    assert!(again.contains("id=\"client-ci\"") && !again.contains(&key));
+    let (_, _, page) = raw(
+        &base,
+        "POST",
+        "/ui/clients",
+        &cookie,
+        &form(&[("csrf", &csrf), ("name", "ci")]),
+    );
+    assert!(
+        page.contains("Nothing added: a client named &#39;ci&#39; already exists")
+            && !page.contains("id=\"key\""),
+        "{page}"
+    );
+    refused("/ui/clients/remove", &[("name", "ci")]);
+    let (_, _, page) = raw(&base, "GET", "/ui/clients", &cookie, "");
+    assert!(page.contains("id=\"client-ci\""), "still there: {page}");
+    let (_, _, page) = raw(
+        &base,
+        "POST",
+        "/ui/clients/remove",
+        &cookie,
+        &form(&[("csrf", &csrf), ("name", "ci")]),
+    );
+    assert!(page.contains("Removed client ci"), "{page}");
+    assert!(!gateway.log_text().contains(&key), "never logged");
 }

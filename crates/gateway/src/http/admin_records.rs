@@ -281,17 +281,12 @@ async fn sign_out(
             &format!("no server named '{}' in the configuration", clip(&server)),
         );
     }
-    let deleted = match store.delete_credentials(&server, &principal).await {
-        Ok(deleted) => deleted,
+    let signed_out = match crate::oauth::sign_out(&gateway, store, &server, &principal).await {
+        Ok(signed_out) => signed_out,
         Err(error) => return store_failed(&error),
     };
-    let principal_id = ids::PrincipalId::new(principal.as_str());
-    let ended = gateway
-        .upstreams()
-        .forget_principal(&server, &principal_id)
-        .await;
-    if deleted || ended {
-        tracing::info!(%server, principal = %principal_id, "signed out through the admin API");
+    if signed_out {
+        tracing::info!(%server, %principal, "signed out through the admin API");
         StatusCode::NO_CONTENT.into_response()
     } else {
         super::errors::plain(

@@ -8,8 +8,11 @@
 //!   `/ui/tools`: every tool with its token cost, pin state and annotations; `/ui/search?q=`: one query's BM25, vector and
 //!   hybrid lists side by side with their scores; `/ui/approvals`: the calls waiting for a
 //!   person (approve, with the arguments edited or not; reject, with a reason) and the tools
-//!   held because their definitions changed (trust the new one); `/ui/audit`: the newest
-//!   audit rows, filtered.
+//!   held because their definitions changed (trust the new one); `/ui/connections`: the OAuth
+//!   sign-ins of every principal (sign one out) and the OAuth servers with a button that signs
+//!   the console's principal in (module `connections`); `/ui/clients`: the client keys (add one,
+//!   its key shown once; remove one) and the profiles with the tools each exposes (module
+//!   `clients`); `/ui/audit`: the newest audit rows, filtered.
 //!
 //! **Signing in.** On the open loopback listener `serve` prints a link carrying the per-start
 //! admin token (`/ui?token=...`, as Jupyter does); the token may also be pasted into
@@ -46,12 +49,15 @@ use serde_json::{Map, Value};
 use crate::{
     Gateway,
     http::guard::AdminToken,
+    oauth::login::Logins,
     overview::{self, SearchQuery, ToolsQuery},
     principal::Principal,
     records,
     sync::lock,
 };
 
+mod clients;
+mod connections;
 mod servers;
 
 /// The console's cookie.
@@ -66,6 +72,8 @@ pub(crate) struct Console {
     gateway: Arc<Gateway>,
     /// The open listener's admin token; `None` on a keyed listener.
     admin_token: Option<AdminToken>,
+    /// The listener's OAuth sign-ins, which the sign-ins page starts.
+    logins: Arc<Logins>,
     sessions: Mutex<HashMap<String, Session>>,
 }
 
@@ -78,10 +86,15 @@ struct Session {
 
 type Shared = State<Arc<Console>>;
 
-pub(crate) fn routes(gateway: Arc<Gateway>, admin_token: Option<AdminToken>) -> Router {
+pub(crate) fn routes(
+    gateway: Arc<Gateway>,
+    admin_token: Option<AdminToken>,
+    logins: Arc<Logins>,
+) -> Router {
     let console = Arc::new(Console {
         gateway,
         admin_token,
+        logins,
         sessions: Mutex::default(),
     });
     Router::new()
@@ -102,6 +115,11 @@ pub(crate) fn routes(gateway: Arc<Gateway>, admin_token: Option<AdminToken>) -> 
         .route("/ui/servers/{name}/enable", post(servers::enable))
         .route("/ui/servers/{name}/disable", post(servers::disable))
         .route("/ui/servers/{name}/remove", post(servers::remove))
+        .route("/ui/connections", get(connections::show))
+        .route("/ui/connections/signin", post(connections::sign_in))
+        .route("/ui/connections/signout", post(connections::sign_out))
+        .route("/ui/clients", get(clients::show).post(clients::add))
+        .route("/ui/clients/remove", post(clients::remove))
         .with_state(console)
 }
 
@@ -505,6 +523,66 @@ fn form_session(
     }
 }
 
+/// The session of a form that changes something: the CSRF token, and an administrator's.
+fn admin_form(
+    console: &Console,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Session, HashMap<String, String>), Box<Response>> {
+    let form = fields(body);
+    let session = form_session(console, headers, &form)?;
+    if session.principal.is_admin(&console.gateway.config().policy) {
+        Ok((session, form))
+    } else {
+        Err(Box::new(text_page(
+            StatusCode::FORBIDDEN,
+            "Only an administrator may change this.",
+        )))
+    }
+}
+
+/// What a form did, shown above the page it answers with.
+struct Note {
+    failed: bool,
+    title: String,
+    lines: Vec<String>,
+}
+
+impl Note {
+    fn done(title: String, lines: Vec<String>) -> Note {
+        Note {
+            failed: false,
+            title,
+            lines,
+        }
+    }
+
+    fn failed(title: String, lines: Vec<String>) -> Note {
+        Note {
+            failed: true,
+            title,
+            lines,
+        }
+    }
+
+    fn html(&self) -> String {
+        let class = if self.failed { "note why" } else { "note" };
+        let mut html = format!(
+            "<div class=\"{class}\" id=\"note\"><p>{}</p>",
+            esc(&self.title)
+        );
+        if !self.lines.is_empty() {
+            html.push_str("<ul>");
+            for line in &self.lines {
+                let _ = write!(html, "<li>{}</li>", esc(line));
+            }
+            html.push_str("</ul>");
+        }
+        html.push_str("</div>");
+        html
+    }
+}
+
 // ---- decisions -------------------------------------------------------------------------------
 
 async fn approve(
@@ -632,11 +710,13 @@ tr.failed td,tr.unresponsive td{background:#fff0f0}.why{color:#a00}.name{font-fa
 .card{border:1px solid #ccc;padding:8px 12px;margin:12px 0;max-width:760px}.hint{color:#555;font-size:12px}\
 form.inline{display:inline}section.test{border:1px solid #ccc;padding:8px;margin:12px 0}section.test.failed{background:#fff0f0}";
 
-const NAV: [(&str, &str); 5] = [
+const NAV: [(&str, &str); 7] = [
     ("/ui", "Servers"),
     ("/ui/tools", "Tools"),
     ("/ui/search", "Search"),
     ("/ui/approvals", "Approvals"),
+    ("/ui/connections", "Sign-ins"),
+    ("/ui/clients", "Clients"),
     ("/ui/audit", "Audit"),
 ];
 
@@ -751,5 +831,14 @@ mod tests {
             HeaderValue::from_static("mcpgw_consoleX=abc"),
         );
         assert_eq!(cookie(&headers), None);
+    }
+
+    #[test]
+    fn notes_are_escaped() {
+        let note = Note::failed("<b>x</b>".to_owned(), vec!["a & <i>".to_owned()]);
+        assert_eq!(
+            note.html(),
+            "<div class=\"note why\" id=\"note\"><p>&lt;b&gt;x&lt;/b&gt;</p><ul><li>a &amp; &lt;i&gt;</li></ul></div>"
+        );
     }
 }

@@ -288,7 +288,7 @@ fn app(
                 }
             }),
         )
-        .merge(login::routes(gateway.clone(), logins))
+        .merge(login::routes(gateway.clone(), logins.clone()))
         .merge(crate::http::admin::routes(gateway.clone()))
         .merge(crate::http::admin_v1::routes(gateway.clone()))
         .merge(crate::http::admin_servers::routes(gateway.clone()))
@@ -296,6 +296,7 @@ fn app(
         .merge(crate::http::console::routes(
             gateway.clone(),
             access.admin_token().cloned(),
+            logins,
         ))
         .merge(metrics);
     let guard = Guard::new(

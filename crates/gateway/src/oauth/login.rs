@@ -1,8 +1,10 @@
 //! Sign-ins the gateway starts itself, each for one principal (the caller: `local`, or the client
-//! or user an HTTP request authenticated as): from `GET /oauth/start`, or when a tool call meets
-//! an OAuth server without a usable token. The browser comes back to the gateway's own HTTP
+//! or user an HTTP request authenticated as): from `GET /oauth/start`, when a tool call meets
+//! an OAuth server without a usable token, or from the web console's Sign in button (for the
+//! principal its session is signed in as). The browser comes back to the gateway's own HTTP
 //! listener (`/oauth/callback`), which finishes the login and stores the tokens under that
-//! principal, where its upstream session reads them.
+//! principal, where its upstream session reads them; a login the console started then sends the
+//! browser back to the console's page.
 //!
 //! - A login's `state` is single use and refused after [`LOGIN_TTL`]. It carries no secret: the
 //!   PKCE verifier never leaves this process ([`MemoryLoginStates`] and the pending session).
@@ -47,7 +49,8 @@ use upstream::oauth::{
 use url::Url;
 
 use super::{
-    NotAnOAuthServer, StoreOAuth, browser_page, oauth_server, oauth_servers, unix_seconds,
+    NotAnOAuthServer, StoreOAuth, browser_page, browser_page_back, oauth_server, oauth_servers,
+    unix_seconds,
 };
 use crate::{Gateway, principal::Principal, sync::lock};
 
@@ -331,6 +334,18 @@ impl Logins {
         server: &str,
         principal: &Principal,
     ) -> Result<Started, LoginError> {
+        self.begin_returning(gateway, server, principal, None).await
+    }
+
+    /// [`Logins::begin`] for the web console: the page the browser lands on when the login
+    /// finishes sends it on to `back` (a path of the console), where the sign-in shows.
+    pub(crate) async fn begin_returning(
+        &self,
+        gateway: &Gateway,
+        server: &str,
+        principal: &Principal,
+        back: Option<&'static str>,
+    ) -> Result<Started, LoginError> {
         let (url, settings) = self.settings(gateway, server)?;
         let store = gateway.store().cloned().ok_or(LoginError::NoStore)?;
         let start_error = |reason: String| LoginError::Start {
@@ -343,7 +358,10 @@ impl Logins {
             .starting
             .acquire(&format!("{server}\0{principal}"))
             .await;
-        if let Some(started) = self.pending().reusable(server, &principal, Instant::now()) {
+        if let Some(started) = self
+            .pending()
+            .reuse(server, &principal, Instant::now(), back)
+        {
             return Ok(started);
         }
         let oauth = StoreOAuth::new(store, ids::PrincipalId::new(principal.as_str()));
@@ -374,6 +392,7 @@ impl Logins {
             started_at: SystemTime::now(),
             authorization_url,
             redirect_uri: settings.redirect_uri.clone(),
+            back,
             login,
         };
         let started = pending.started();
@@ -453,6 +472,7 @@ impl Logins {
         };
         let server = pending.server.clone();
         let principal = pending.principal.clone();
+        let back = pending.back;
         let outcome = match Url::parse(&pending.redirect_uri) {
             Ok(mut url) if url.path() == path => {
                 url.set_query(Some(query));
@@ -488,19 +508,21 @@ impl Logins {
                         }
                     });
                 }
-                (
-                    StatusCode::OK,
-                    browser_page(&format!("Signed in to '{server}'. You can close this tab.")),
-                )
+                let done = format!("Signed in to '{server}'.");
+                let page = match back {
+                    Some(back) => browser_page_back(&done, back, true),
+                    None => browser_page(&format!("{done} You can close this tab.")),
+                };
+                (StatusCode::OK, page)
             }
             Err(reason) => {
                 tracing::warn!(%server, %principal, %reason, "sign-in failed");
-                (
-                    StatusCode::BAD_REQUEST,
-                    browser_page(&format!(
-                        "Signing in to '{server}' failed: {reason}. You can close this tab."
-                    )),
-                )
+                let failed = format!("Signing in to '{server}' failed: {reason}.");
+                let page = match back {
+                    Some(back) => browser_page_back(&failed, back, false),
+                    None => browser_page(&format!("{failed} You can close this tab.")),
+                };
+                (StatusCode::BAD_REQUEST, page)
             }
         }
     }
@@ -534,8 +556,14 @@ impl Logins {
         lock(&self.pending)
     }
 
+    /// Whether a login of `principal` to `server` is waiting for its browser.
+    pub(crate) fn waiting(&self, server: &str, principal: &Principal) -> bool {
+        self.pending()
+            .waiting(server, &principal.id(), Instant::now())
+    }
+
     /// Whether the HTTP edge should refuse this request, and why.
-    fn refusal(&self) -> Option<&'static str> {
+    pub(crate) fn refusal(&self) -> Option<&'static str> {
         self.site.as_ref().err().map(|why| why.reason())
     }
 
@@ -602,6 +630,8 @@ struct Pending<L> {
     started_at: SystemTime,
     authorization_url: String,
     redirect_uri: String,
+    /// Where the browser goes once the login is done (a console page), if anywhere.
+    back: Option<&'static str>,
     login: L,
 }
 
@@ -655,16 +685,25 @@ impl<L> Table<L> {
         Some(self.entries.remove(index))
     }
 
-    fn reusable(&self, server: &str, principal: &str, now: Instant) -> Option<Started> {
-        self.entries
-            .iter()
-            .rev()
-            .find(|p| {
-                p.server == server
-                    && p.principal == principal
-                    && now.saturating_duration_since(p.started) < REUSE_FOR
-            })
-            .map(Pending::started)
+    /// The login of `principal` to `server` still young enough to hand out again, if any; it
+    /// now sends its browser on to `back` when one is given (the console's button may reuse a
+    /// login a tool call started).
+    fn reuse(
+        &mut self,
+        server: &str,
+        principal: &str,
+        now: Instant,
+        back: Option<&'static str>,
+    ) -> Option<Started> {
+        let pending = self.entries.iter_mut().rev().find(|p| {
+            p.server == server
+                && p.principal == principal
+                && now.saturating_duration_since(p.started) < REUSE_FOR
+        })?;
+        if back.is_some() {
+            pending.back = back;
+        }
+        Some(pending.started())
     }
 
     fn waiting(&self, server: &str, principal: &str, now: Instant) -> bool {
@@ -819,6 +858,7 @@ mod tests {
             started_at: SystemTime::now(),
             authorization_url: format!("https://as.example/authorize?state={state}"),
             redirect_uri: "http://127.0.0.1:8931/oauth/callback".to_owned(),
+            back: None,
             login: (),
         }
     }
@@ -855,21 +895,48 @@ mod tests {
         let mut table = Table::default();
         table.insert(pending("docs", "s-1", start), start);
         let soon = start + Duration::from_secs(60);
-        let again = table.reusable("docs", "local", soon).expect("reused");
+        let again = table.reuse("docs", "local", soon, None).expect("reused");
         assert!(again.authorization_url.ends_with("state=s-1"));
         assert_eq!(again.deadline, start + LOGIN_TTL);
         assert!(
-            table.reusable("wiki", "local", soon).is_none(),
+            table.reuse("wiki", "local", soon, None).is_none(),
             "per server"
         );
         assert!(
-            table.reusable("docs", "client:bob", soon).is_none(),
+            table.reuse("docs", "client:bob", soon, None).is_none(),
             "per principal"
         );
         assert!(!table.waiting("docs", "client:bob", soon));
-        assert!(table.reusable("docs", "local", start + REUSE_FOR).is_none());
+        assert!(
+            table
+                .reuse("docs", "local", start + REUSE_FOR, None)
+                .is_none()
+        );
         // Still waiting (and its callback still accepted) until it expires.
         assert!(table.waiting("docs", "local", start + REUSE_FOR));
+    }
+
+    #[test]
+    fn a_reused_login_takes_the_consoles_way_back() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending("docs", "s-1", now), now);
+        assert!(table.reuse("docs", "local", now, None).is_some());
+        assert_eq!(
+            table.entries[0].back, None,
+            "a tool call's login shows its own page"
+        );
+        assert!(
+            table
+                .reuse("docs", "local", now, Some("/ui/connections"))
+                .is_some()
+        );
+        assert!(table.reuse("docs", "local", now, None).is_some());
+        assert_eq!(
+            table.take("s-1", now).and_then(|p| p.back),
+            Some("/ui/connections"),
+            "once the console's button reused it, the browser goes back to the console"
+        );
     }
 
     #[test]
@@ -879,7 +946,7 @@ mod tests {
         table.insert(pending_for("docs", "client:alice", "s-a", now), now);
         table.insert(pending_for("docs", "client:bob", "s-b", now), now);
         let alice = table
-            .reusable("docs", "client:alice", now)
+            .reuse("docs", "client:alice", now, None)
             .expect("alice's");
         assert!(alice.authorization_url.ends_with("state=s-a"));
         // The callback's state alone names whose tokens it brings.

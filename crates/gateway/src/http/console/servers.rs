@@ -15,55 +15,13 @@ use std::{collections::HashMap, fmt::Write as _};
 use axum::{
     body::Bytes,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode},
+    http::HeaderMap,
     response::Response,
 };
 use serde_json::{Map, Value, json};
 
-use super::{Console, Session, Shared, esc, fields, form_session, page, text_page, to_login};
+use super::{Console, Note, Session, Shared, admin_form, esc, page, to_login};
 use crate::{ChangeError, Changed, ServerChange, overview, probe::ServerTest};
-
-/// What a form did, shown above the page it answers with.
-pub(super) struct Note {
-    failed: bool,
-    title: String,
-    lines: Vec<String>,
-}
-
-impl Note {
-    fn done(title: String, lines: Vec<String>) -> Note {
-        Note {
-            failed: false,
-            title,
-            lines,
-        }
-    }
-
-    fn failed(title: String, lines: Vec<String>) -> Note {
-        Note {
-            failed: true,
-            title,
-            lines,
-        }
-    }
-
-    fn html(&self) -> String {
-        let class = if self.failed { "note why" } else { "note" };
-        let mut html = format!(
-            "<div class=\"{class}\" id=\"note\"><p>{}</p>",
-            esc(&self.title)
-        );
-        if !self.lines.is_empty() {
-            html.push_str("<ul>");
-            for line in &self.lines {
-                let _ = write!(html, "<li>{}</li>", esc(line));
-            }
-            html.push_str("</ul>");
-        }
-        html.push_str("</div>");
-        html
-    }
-}
 
 /// `/ui`: every server, and the forms that add one.
 pub(super) async fn servers_body(
@@ -461,24 +419,6 @@ pub(super) async fn remove(
     servers_body(&console, &session, Some(&note)).await
 }
 
-/// The session of a form that changes servers: the CSRF token, and an administrator's.
-fn admin_form(
-    console: &Console,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(Session, HashMap<String, String>), Box<Response>> {
-    let form = fields(body);
-    let session = form_session(console, headers, &form)?;
-    if session.principal.is_admin(&console.gateway.config().policy) {
-        Ok((session, form))
-    } else {
-        Err(Box::new(text_page(
-            StatusCode::FORBIDDEN,
-            "Only an administrator may change the servers.",
-        )))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,14 +482,5 @@ mod tests {
                 Ok(change) => panic!("{bad}: {change:?}"),
             }
         }
-    }
-
-    #[test]
-    fn notes_are_escaped() {
-        let note = Note::failed("<b>x</b>".to_owned(), vec!["a & <i>".to_owned()]);
-        assert_eq!(
-            note.html(),
-            "<div class=\"note why\" id=\"note\"><p>&lt;b&gt;x&lt;/b&gt;</p><ul><li>a &amp; &lt;i&gt;</li></ul></div>"
-        );
     }
 }
