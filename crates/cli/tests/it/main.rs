@@ -31,6 +31,7 @@ mod naming;
 mod network;
 mod oauth;
 mod oauth_fixture;
+mod openapi;
 mod otlp;
 mod pinning;
 mod principals;
