@@ -541,6 +541,7 @@ impl Gateway {
             audit_dropped: audit.dropped,
             audit_failed: audit.failed,
             audit_queued: audit.queued,
+            oauth_refreshes: upstream::oauth::refresh_counts().to_vec(),
         })
     }
 
@@ -597,7 +598,7 @@ impl Gateway {
             // refresh embeds it, tools this one had included, so embedding here is wasted.
             return;
         }
-        match semantic.tool_vectors(&catalog).await {
+        match semantic.tool_vectors(&catalog, &self.metrics).await {
             Ok(vectors) => match catalog.with_vectors(semantic.model_id().to_owned(), vectors) {
                 Ok(with_vectors) => {
                     tracing::info!(
