@@ -46,15 +46,15 @@ use std::{
 
 pub use self::http::{
     ADMIN_KEY_VAR, ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminClient, AdminToken, ClientAccess,
-    RESOURCE_METADATA_PATH, Unanswered, admin_token_path, approval_json, http_app, serve_http,
-    serve_http_with, serve_stdio,
+    RESOURCE_METADATA_PATH, Unanswered, Written, admin_token_path, approval_json, http_app,
+    serve_http, serve_http_with, serve_stdio,
 };
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
     upstream_error_summary,
 };
 use catalog::{Catalog, SearchRequest, ServerTools};
-pub use config_file::{ChangeError, Changed, ServerChange};
+pub use config_file::{ChangeError, Changed, FileChange, ServerChange, change_file};
 use ids::ServerName;
 pub use mcp::Front;
 use mcp::{changes, meta, relay, surface};

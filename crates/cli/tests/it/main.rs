@@ -40,6 +40,7 @@ mod relay;
 mod reload;
 mod resources;
 mod search;
+mod server_writes;
 mod signin;
 mod startup;
 mod supervision;

@@ -27,7 +27,7 @@ pub(crate) mod serve;
 pub(crate) mod session_owner;
 
 pub use admin::approval_json;
-pub use admin_client::{ADMIN_KEY_VAR, AdminClient, Unanswered};
+pub use admin_client::{ADMIN_KEY_VAR, AdminClient, Unanswered, Written};
 pub use client_auth::{ClientAccess, RESOURCE_METADATA_PATH};
 pub use guard::{ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminToken, admin_token_path};
 pub use serve::{http_app, serve_http, serve_http_with, serve_stdio};
