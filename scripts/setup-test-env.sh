@@ -30,6 +30,8 @@ PY_PEERS=(
   # The official OTLP protobuf types: tests/fixtures/otlp_receiver.py decodes mcpgw's traces.
   "opentelemetry-proto==1.45.2"
   "protobuf==7.36.2"
+  # Checks /admin/v1/openapi.json against the OpenAPI 3.1 schema: crates/cli/tests/it/openapi.rs.
+  "openapi-spec-validator==0.9.0"
 )
 # -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ mod command;
 mod eval;
 mod pinning;
 mod render;
+mod servers;
 mod source;
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
@@ -145,7 +146,7 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
-    /// Inspect upstream servers.
+    /// Inspect upstream servers, and add, remove, enable or disable them.
     Servers {
         #[command(subcommand)]
         command: ServersCommand,
@@ -221,6 +222,41 @@ enum ServersCommand {
         #[arg(long)]
         json: bool,
         /// Connect to every server here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Add a server to the configuration: a stdio command after `--`, or --url.
+    ///
+    /// When a gateway runs on this configuration and answers (see `mcpgw search --help`), the
+    /// server is added through its admin API, which writes the file and connects the server
+    /// at once; otherwise the file is changed here. Either way the file keeps its comments, and
+    /// a change that would not load is refused with every problem named (the file is not
+    /// touched). Credentials come from variables (--env-from, --header-env, --bearer-env),
+    /// never from the command line.
+    ///
+    /// Example: mcpgw servers add time -- uvx mcp-server-time --local-timezone=UTC
+    Add(Box<servers::AddArgs>),
+    /// Remove a server from the configuration (through a running gateway when one answers,
+    /// which stops it; else in the file).
+    Remove {
+        name: String,
+        /// Change the file here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Enable a disabled server (through a running gateway when one answers, which connects
+    /// it; else in the file).
+    Enable {
+        name: String,
+        /// Change the file here even when a gateway is running on this configuration.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Disable a server: it stays configured (`enabled = false`) but is not connected and its
+    /// tools leave the catalog (through a running gateway when one answers; else in the file).
+    Disable {
+        name: String,
+        /// Change the file here even when a gateway is running on this configuration.
         #[arg(long)]
         offline: bool,
     },
@@ -523,6 +559,24 @@ async fn inspect(config_path: Option<&std::path::Path>, command: Command) -> Res
         Command::Servers {
             command: ServersCommand::List { json, offline },
         } => command::servers_list(config_path, json, offline).await,
+        Command::Servers {
+            command: ServersCommand::Add(args),
+        } => servers::add(config_path, *args).await,
+        Command::Servers {
+            command: ServersCommand::Remove { name, offline },
+        } => servers::change(config_path, gateway::ServerChange::Remove(name), offline).await,
+        Command::Servers {
+            command: ServersCommand::Enable { name, offline },
+        } => {
+            let change = gateway::ServerChange::Enable(name, true);
+            servers::change(config_path, change, offline).await
+        }
+        Command::Servers {
+            command: ServersCommand::Disable { name, offline },
+        } => {
+            let change = gateway::ServerChange::Enable(name, false);
+            servers::change(config_path, change, offline).await
+        }
         _ => Err(Failure::usage(anyhow::anyhow!("not an inspection command"))),
     }
 }

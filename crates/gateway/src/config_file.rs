@@ -98,15 +98,7 @@ impl Gateway {
     ) -> Result<Changed, ChangeError> {
         let _one_at_a_time = self.config_writes.lock().await;
         let path = self.config().source.clone();
-        let text = read(&path).await?;
-        let mut edit = config::ConfigEdit::parse(&text, &path).map_err(edit_error)?;
-        let (servers, warnings) = make(&mut edit, change)?;
-        let changed = edit.text();
-        config::parse(&changed, &path)
-            .map_err(|error| refused(&error, "the configuration would not load"))?;
-        if changed != text {
-            write(&path, changed).await?;
-        }
+        let FileChange { servers, warnings } = change_file(&path, change).await?;
         match self.reload().await {
             Ok(reload) => Ok(Changed {
                 servers,
@@ -118,6 +110,31 @@ impl Gateway {
             ))),
         }
     }
+}
+
+/// What [`change_file`] did: the servers the change was about, and an import's warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChange {
+    pub servers: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Makes `change` to the configuration file at `path` without applying it: read, edit with
+/// [`config::ConfigEdit`], check with the loader, write in one rename (see the module docs).
+/// [`Gateway::change_servers`] applies it next; `mcpgw servers add|remove|enable|disable`
+/// calls this alone when no gateway answers (a gateway started later, or one watching the
+/// file, applies it).
+pub async fn change_file(path: &Path, change: ServerChange) -> Result<FileChange, ChangeError> {
+    let text = read(path).await?;
+    let mut edit = config::ConfigEdit::parse(&text, path).map_err(edit_error)?;
+    let (servers, warnings) = make(&mut edit, change)?;
+    let changed = edit.text();
+    config::parse(&changed, path)
+        .map_err(|error| refused(&error, "the configuration would not load"))?;
+    if changed != text {
+        write(path, changed).await?;
+    }
+    Ok(FileChange { servers, warnings })
 }
 
 /// Makes `change` in `edit`: the servers it is about, and an import's warnings.
@@ -197,7 +214,7 @@ async fn read(path: &Path) -> Result<String, ChangeError> {
         Err(error) => {
             tracing::error!(file = %path.display(), %error, "cannot read the configuration file");
             Err(ChangeError::Io(format!(
-                "cannot read {}; the gateway's log says why",
+                "cannot read {}; the log says why",
                 path.display()
             )))
         }
@@ -213,7 +230,7 @@ async fn write(path: &Path, text: String) -> Result<(), ChangeError> {
     written.map_err(|error| {
         tracing::error!(file = %path.display(), %error, "cannot write the configuration file");
         ChangeError::Io(format!(
-            "cannot write {}; the gateway's log says why (the file is unchanged)",
+            "cannot write {}; the log says why (the file is unchanged)",
             path.display()
         ))
     })

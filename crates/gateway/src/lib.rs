@@ -46,15 +46,15 @@ use std::{
 
 pub use self::http::{
     ADMIN_KEY_VAR, ADMIN_TOKEN_FILE, ADMIN_TOKEN_HEADER, AdminClient, AdminToken, ClientAccess,
-    RESOURCE_METADATA_PATH, Unanswered, admin_token_path, approval_json, http_app, serve_http,
-    serve_http_with, serve_stdio,
+    RESOURCE_METADATA_PATH, Unanswered, Written, admin_token_path, approval_json, http_app,
+    serve_http, serve_http_with, serve_stdio,
 };
 pub use audit::{
     AuditRecord, CallDecision, CallOutcome, arguments_sha256, prune_audit_log,
     upstream_error_summary,
 };
 use catalog::{Catalog, SearchRequest, ServerTools};
-pub use config_file::{ChangeError, Changed, ServerChange};
+pub use config_file::{ChangeError, Changed, FileChange, ServerChange, change_file};
 use ids::ServerName;
 pub use mcp::Front;
 use mcp::{changes, meta, relay, surface};
@@ -541,6 +541,7 @@ impl Gateway {
             audit_dropped: audit.dropped,
             audit_failed: audit.failed,
             audit_queued: audit.queued,
+            oauth_refreshes: upstream::oauth::refresh_counts().to_vec(),
         })
     }
 
@@ -597,7 +598,7 @@ impl Gateway {
             // refresh embeds it, tools this one had included, so embedding here is wasted.
             return;
         }
-        match semantic.tool_vectors(&catalog).await {
+        match semantic.tool_vectors(&catalog, &self.metrics).await {
             Ok(vectors) => match catalog.with_vectors(semantic.model_id().to_owned(), vectors) {
                 Ok(with_vectors) => {
                     tracing::info!(

@@ -7,9 +7,11 @@
 //! - **Events**, counted where they happen: every resolved `tools/call` (from its audit record,
 //!   the one place every call ends: calls by server, tool, decision and outcome, and the
 //!   gateway's time per call), the upstream's own time per relayed call, every search (by the
-//!   strategy that answered, with its time), sessions opened and closed.
+//!   strategy that answered, with its time), sessions opened and closed, the embedding cache's
+//!   hits and misses per tool text and the texts waiting to be embedded.
 //! - **State**, read when scraped: each upstream's state, the catalog's and the held tools'
-//!   sizes, the approvals pending, and the audit log's written, dropped and failed rows.
+//!   sizes, the approvals pending, the audit log's written, dropped and failed rows, and the
+//!   OAuth token refreshes by outcome (counted in `upstream::oauth`, where they happen).
 //!
 //! Invariants: no label value comes from a client's input unchecked. A call's `tool` label is
 //! its qualified name only when the catalog lists it (else `unlisted`), servers are the
@@ -63,6 +65,11 @@ struct StrategyLabels {
     strategy: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 /// What a scrape reads of the gateway's state (see [`Metrics::render`]).
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -75,6 +82,8 @@ pub struct Snapshot {
     pub audit_dropped: u64,
     pub audit_failed: u64,
     pub audit_queued: usize,
+    /// OAuth token refreshes since start by outcome (`upstream::oauth::refresh_counts`).
+    pub oauth_refreshes: Vec<(&'static str, u64)>,
 }
 
 /// Every state word an upstream can be in, so that a scrape sets the old state's series to 0
@@ -99,6 +108,9 @@ pub struct Metrics {
     sessions_open: Gauge,
     sessions_opened: Counter,
     direct_calls: Counter,
+    embedding_queue: Gauge,
+    embedding_cache_hits: Counter,
+    embedding_cache_misses: Counter,
     /// Set from the gateway's state when scraped.
     state: StateSeries,
     /// One scrape at a time brings the state series up to date and encodes them.
@@ -116,6 +128,7 @@ struct StateSeries {
     audit_written: Counter,
     audit_dropped: Counter,
     audit_failed: Counter,
+    oauth_refreshes: Family<OutcomeLabels, Counter>,
 }
 
 impl StateSeries {
@@ -169,6 +182,12 @@ impl StateSeries {
                 registry,
                 "audit_rows_failed",
                 "Audit rows the database refused",
+            ),
+            oauth_refreshes: register(
+                registry,
+                "oauth_refreshes",
+                "OAuth token refreshes of upstream servers by outcome",
+                Family::default(),
             ),
         }
     }
@@ -262,6 +281,21 @@ impl Metrics {
                 "tool_calls_direct",
                 "Tool calls of legacy HTTP sessions answered in the request's own task, without rmcp's session worker",
             ),
+            embedding_queue: gauge(
+                registry_ref,
+                "embedding_queue_depth",
+                "Tool texts waiting to be embedded",
+            ),
+            embedding_cache_hits: counter(
+                registry_ref,
+                "embedding_cache_hits",
+                "Tool texts whose embedding was found in the cache",
+            ),
+            embedding_cache_misses: counter(
+                registry_ref,
+                "embedding_cache_misses",
+                "Tool texts embedded because the cache did not have them",
+            ),
             state: StateSeries::new(registry_ref),
             registry,
             scraping: Mutex::new(()),
@@ -323,6 +357,23 @@ impl Metrics {
         self.direct_calls.inc();
     }
 
+    /// An embedding run looked its tool texts up in the cache: `hits` found, `misses` not.
+    pub fn embedding_cache(&self, hits: usize, misses: usize) {
+        self.embedding_cache_hits.inc_by(count(hits));
+        self.embedding_cache_misses.inc_by(count(misses));
+    }
+
+    /// `texts` wait to be embedded until the returned guard is dropped (the run finished,
+    /// failed or was cancelled).
+    pub fn embedding_queued(&self, texts: usize) -> Queued<'_> {
+        let texts = gauge_value(texts);
+        self.embedding_queue.inc_by(texts);
+        Queued {
+            gauge: &self.embedding_queue,
+            texts,
+        }
+    }
+
     /// Sessions closed or swept: `open` are left.
     pub fn sessions_now(&self, open: usize) {
         self.sessions_open.set(gauge_value(open));
@@ -362,6 +413,13 @@ impl Metrics {
         catch_up(&self.state.audit_written, now.audit_written);
         catch_up(&self.state.audit_dropped, now.audit_dropped);
         catch_up(&self.state.audit_failed, now.audit_failed);
+        for (outcome, total) in &now.oauth_refreshes {
+            let counter = self
+                .state
+                .oauth_refreshes
+                .get_or_create(&OutcomeLabels { outcome });
+            catch_up(&counter, *total);
+        }
         let mut text = String::new();
         if let Err(error) = encode(&mut text, &self.registry) {
             // Writing to a String fails only if a value cannot be formatted.
@@ -381,6 +439,22 @@ fn catch_up(counter: &Counter, total: u64) {
 
 fn gauge_value(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// Texts in the embedding queue ([`Metrics::embedding_queued`]); they leave it when dropped.
+pub struct Queued<'a> {
+    gauge: &'a Gauge,
+    texts: i64,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.texts);
+    }
 }
 
 #[cfg(test)]
@@ -446,5 +520,58 @@ mod tests {
                     || l.starts_with("mcpgw_upstream_state{server=\"time\"")),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_embedding_queue_drains_and_cache_lookups_and_refreshes_are_counted() {
+        let metrics = Metrics::new();
+        let line = |text: &str, series: &str| {
+            text.lines()
+                .find(|l| l.split(' ').next() == Some(series))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("{series} in\n{text}"))
+        };
+        let mut now = Snapshot {
+            oauth_refreshes: vec![("ok", 0), ("reauthorize", 0)],
+            ..Snapshot::default()
+        };
+        let text = metrics.render(&now);
+        // Every series is there from the start, at zero.
+        assert_eq!(
+            line(&text, "mcpgw_embedding_queue_depth"),
+            "mcpgw_embedding_queue_depth 0"
+        );
+        assert_eq!(
+            line(&text, "mcpgw_embedding_cache_hits_total"),
+            "mcpgw_embedding_cache_hits_total 0"
+        );
+        assert_eq!(
+            line(
+                &text,
+                "mcpgw_oauth_refreshes_total{outcome=\"reauthorize\"}"
+            ),
+            "mcpgw_oauth_refreshes_total{outcome=\"reauthorize\"} 0"
+        );
+        metrics.embedding_cache(3, 2);
+        {
+            let _queued = metrics.embedding_queued(2);
+            let text = metrics.render(&now);
+            assert_eq!(
+                line(&text, "mcpgw_embedding_queue_depth"),
+                "mcpgw_embedding_queue_depth 2"
+            );
+        }
+        metrics.embedding_cache(5, 0);
+        now.oauth_refreshes = vec![("ok", 4), ("reauthorize", 1)];
+        let text = metrics.render(&now);
+        for expected in [
+            "mcpgw_embedding_queue_depth 0",
+            "mcpgw_embedding_cache_hits_total 8",
+            "mcpgw_embedding_cache_misses_total 2",
+            "mcpgw_oauth_refreshes_total{outcome=\"ok\"} 4",
+            "mcpgw_oauth_refreshes_total{outcome=\"reauthorize\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == expected), "{expected} in\n{text}");
+        }
     }
 }

@@ -18,6 +18,8 @@ use netguard::Policy;
 use secrecy::SecretString;
 use store::{Store, TextHash, text_hash};
 
+use crate::metrics::Metrics;
+
 /// The embedder and, when the database opened, its cache.
 pub struct Semantic {
     embedder: Arc<dyn Embedder>,
@@ -72,8 +74,13 @@ impl Semantic {
     }
 
     /// One vector per catalog tool, from the cache where possible; only new or changed tool
-    /// texts are embedded, and they are cached for the next start.
-    pub async fn tool_vectors(&self, catalog: &Catalog) -> Result<Vec<Vec<f32>>, EmbedError> {
+    /// texts are embedded, and they are cached for the next start. `metrics` counts the cache's
+    /// hits and misses and holds the texts being embedded as the embedding queue.
+    pub async fn tool_vectors(
+        &self,
+        catalog: &Catalog,
+        metrics: &Metrics,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let texts = catalog.embedding_texts();
         let hashes: Vec<TextHash> = texts.iter().map(|t| text_hash(t)).collect();
         let model = self.embedder.id().to_owned();
@@ -90,10 +97,15 @@ impl Semantic {
         let missing: Vec<usize> = (0..texts.len())
             .filter(|&i| !cached.contains_key(&hashes[i]))
             .collect();
+        // Without a database every text is a miss: there is no cache to hit.
+        metrics.embedding_cache(texts.len() - missing.len(), missing.len());
         if !missing.is_empty() {
             let started = std::time::Instant::now();
             let batch: Vec<String> = missing.iter().map(|&i| texts[i].clone()).collect();
-            let vectors = self.embedder.embed(&batch, TextKind::Passage).await?;
+            let vectors = {
+                let _queued = metrics.embedding_queued(batch.len());
+                self.embedder.embed(&batch, TextKind::Passage).await?
+            };
             tracing::info!(
                 model = %model,
                 embedded = missing.len(),

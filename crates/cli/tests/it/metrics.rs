@@ -151,4 +151,101 @@ fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
         prometheus_value(port, "mcpgw_searches_total{strategy=\"bm25\"}"),
         Some(1.0)
     );
+    // The series of work this gateway has not done are there, at zero, under valid names.
+    assert_eq!(
+        prometheus_value(port, "mcpgw_embedding_cache_misses_total"),
+        Some(0.0)
+    );
+    assert_eq!(
+        prometheus_value(port, "mcpgw_oauth_refreshes_total{outcome=\"ok\"}"),
+        Some(0.0)
+    );
+}
+
+/// The value of `series` (name and labels, as scraped) in a scrape of `gateway`'s `/metrics`.
+pub fn scraped(gateway: &Gateway, series: &str) -> Option<f64> {
+    let (status, _, text) = get(
+        &format!("http://127.0.0.1:{}/metrics", gateway.port),
+        Some(&gateway.admin_token()),
+    );
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.parse().ok())
+}
+
+/// Tool embeddings measured on a real gateway: an embedding endpoint that holds every batch
+/// (tests/fixtures/slow_embeddings.py, as the search tests use for a slow model) keeps the
+/// texts in the queue long enough to see them; the first run misses the cache for every tool,
+/// and a server added later embeds only its own tools while the others hit the cache.
+#[test]
+fn embedding_runs_count_cache_hits_and_misses_and_the_queue_drains() {
+    let port = free_port();
+    let _endpoint = Proc::spawn(
+        "slow embeddings",
+        Command::new(crate::harness::venv_bin("python"))
+            .arg(crate::harness::repo_root().join("tests/fixtures/slow_embeddings.py"))
+            .args([&port.to_string(), "3"]),
+    );
+    wait_until("the embedding endpoint", Duration::from_secs(30), || {
+        crate::harness::port_open(port)
+    });
+    let gateway = Gateway::start(write_config(&format!(
+        "[retrieval]\nstrategy = \"vector\"\n\n[retrieval.embedder]\ntype = \"remote\"\n\
+         base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"slow\"\ntimeout_s = 60\n\n{}",
+        crate::harness::time_stdio_server("time")
+    )));
+    // mcp-server-time has two tools: both wait in the queue while the endpoint holds them.
+    wait_until(
+        "two texts in the embedding queue",
+        Duration::from_secs(30),
+        || scraped(&gateway, "mcpgw_embedding_queue_depth") == Some(2.0),
+    );
+    wait_until("the queue to drain", Duration::from_secs(30), || {
+        scraped(&gateway, "mcpgw_embedding_queue_depth") == Some(0.0)
+    });
+    assert_eq!(
+        scraped(&gateway, "mcpgw_embedding_cache_misses_total"),
+        Some(2.0),
+        "each tool embedded once"
+    );
+    let hits_before = scraped(&gateway, "mcpgw_embedding_cache_hits_total").expect("hits");
+
+    // A second server with a description of its own, which its tools' texts carry: they are
+    // new (without it they would read as `time`'s, and hit the cache); `time`'s are cached.
+    let token = gateway.admin_token();
+    let added = reqwest::blocking::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/admin/v1/servers",
+            gateway.port
+        ))
+        .header("x-mcpgw-admin-token", &token)
+        .header("content-type", "application/json")
+        .body(
+            json!({"name": "clock", "description": "a second clock, for meetings",
+                   "transport": {"type": "stdio",
+                   "command": crate::harness::venv_bin("mcp-server-time")}})
+            .to_string(),
+        )
+        .send()
+        .expect("gateway reachable");
+    assert_eq!(added.status().as_u16(), 201);
+    wait_until(
+        "the new tools to be embedded",
+        Duration::from_secs(60),
+        || {
+            scraped(&gateway, "mcpgw_embedding_cache_misses_total").is_some_and(|n| n > 2.0)
+                && scraped(&gateway, "mcpgw_embedding_queue_depth") == Some(0.0)
+        },
+    );
+    assert_eq!(
+        scraped(&gateway, "mcpgw_embedding_cache_misses_total"),
+        Some(4.0),
+        "only clock's two tools were embedded"
+    );
+    let hits = scraped(&gateway, "mcpgw_embedding_cache_hits_total").expect("hits");
+    assert!(
+        hits >= hits_before + 2.0,
+        "time's two tools came from the cache: {hits_before} -> {hits}"
+    );
 }

@@ -200,6 +200,22 @@ impl Serving {
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// `mcpgw_oauth_refreshes_total{outcome="OUTCOME"}` as `/metrics` shows it now.
+    fn refreshes(&self, outcome: &str) -> f64 {
+        let token_file = self.log.with_file_name("admin-token");
+        let token = std::fs::read_to_string(&token_file).expect("admin token file");
+        let text = reqwest::blocking::Client::new()
+            .get(format!("http://127.0.0.1:{}/metrics", self.port))
+            .bearer_auth(token.trim())
+            .send()
+            .and_then(|response| response.text())
+            .expect("metrics");
+        let series = format!("mcpgw_oauth_refreshes_total{{outcome=\"{outcome}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series)?.parse().ok())
+            .unwrap_or_else(|| panic!("{series}in\n{text}"))
+    }
 }
 
 fn status_json(config: &ConfigDir, transcripts: &mut String) -> Value {
@@ -319,6 +335,15 @@ fn oauth_login_refresh_revoke_and_relogin_without_leaking_tokens() {
         refreshes + 1,
         "exactly one refresh for the expired token"
     );
+    // Every refresh the server granted is counted, once (short-lived tokens may also have
+    // been refreshed ahead of expiry before): all of them by this gateway.
+    assert_eq!(
+        gateway.refreshes("ok"),
+        fixture.grants("refresh_token") as f64,
+        "{}",
+        gateway.log_text()
+    );
+    assert_eq!(gateway.refreshes("reauthorize"), 0.0);
 
     // (f) A revoked grant: the call fails asking for a login, and the dead tokens are gone.
     fixture.control("/test/revoke-refresh");
@@ -341,6 +366,11 @@ fn oauth_login_refresh_revoke_and_relogin_without_leaking_tokens() {
     );
     let status = status_json(&config, &mut transcripts);
     assert_eq!(status["logged_in"], false, "{status}");
+    assert_eq!(
+        gateway.refreshes("reauthorize"),
+        1.0,
+        "the refused refresh is counted as a dead grant"
+    );
 
     // (g) Log in again, as bob, on a chosen port: the running gateway picks the new tokens up.
     let callback_port = free_port();

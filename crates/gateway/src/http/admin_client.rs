@@ -1,6 +1,7 @@
 //! The client side of `/admin/v1` (see `admin_v1`): `mcpgw search`, `tools` and `servers list`
 //! ask a gateway running on the same configuration instead of starting every upstream
-//! themselves (seconds each).
+//! themselves (seconds each), and `mcpgw servers add|remove|enable|disable` make their change
+//! through it ([`AdminClient::change_servers`]), so that it is applied at once.
 //!
 //! The gateway is found from the configuration alone: the address `serve` listens on
 //! (`[gateway] listen`; an unspecified address is asked on loopback; a gateway started with
@@ -24,6 +25,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, de::DeserializeOwned};
 
 use crate::{
+    ServerChange,
     http::{
         admin_v1::{
             SEARCH_PATH, SERVERS_PATH, TOOLS_PATH, search_query_string, tools_query_string,
@@ -60,6 +62,21 @@ pub enum Unanswered {
     NotRunning,
     /// Something answered, but not with the answer: why, in one line.
     Refused(String),
+}
+
+/// How a running gateway answered a server write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// Made and applied: the reload's report (`servers`, `generation`, `added`, ...), as
+    /// `POST /admin/v1/servers` answers it.
+    Done(serde_json::Value),
+    /// The gateway refused the change itself (400 invalid, 404 unknown server, 409 the file
+    /// cannot take it, 500 not written): its `error` and, for 400, each of its `problems`.
+    Refused {
+        status: u16,
+        error: String,
+        problems: Vec<String>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -118,9 +135,90 @@ impl AdminClient {
         self.get(SEARCH_PATH, &search_query_string(query)).await
     }
 
+    /// Makes `change` through the gateway's admin API, as the console and `curl` would:
+    /// `POST /admin/v1/servers`, `PUT`, `PATCH` or `DELETE /admin/v1/servers/{name}`, `POST
+    /// .../enable` or `.../disable`. `Err` when the gateway gave no answer to the change (not
+    /// running, refused the credentials, not mcpgw): the caller may change the file itself.
+    pub async fn change_servers(&self, change: &ServerChange) -> Result<Written, Unanswered> {
+        use reqwest::Method;
+        let one = |name: &str, tail: &[&str]| {
+            let mut url = url::Url::parse(&self.base).expect("the base is a URL");
+            if let Ok(mut segments) = url.path_segments_mut() {
+                segments
+                    .pop_if_empty()
+                    .extend(["admin", "v1", "servers", name])
+                    .extend(tail);
+            }
+            url.to_string()
+        };
+        let all = format!("{}{SERVERS_PATH}", self.base);
+        let empty = || "{}".to_owned();
+        let object = |map: &serde_json::Map<String, serde_json::Value>| {
+            serde_json::Value::Object(map.clone()).to_string()
+        };
+        let (method, url, body) = match change {
+            ServerChange::Add(server) => (Method::POST, all, object(server)),
+            ServerChange::Import(text) => (Method::POST, all, text.clone()),
+            ServerChange::Replace(name, server) => (Method::PUT, one(name, &[]), object(server)),
+            ServerChange::Patch(name, patch) => (Method::PATCH, one(name, &[]), object(patch)),
+            ServerChange::Remove(name) => (Method::DELETE, one(name, &[]), empty()),
+            ServerChange::Enable(name, true) => (Method::POST, one(name, &["enable"]), empty()),
+            ServerChange::Enable(name, false) => (Method::POST, one(name, &["disable"]), empty()),
+        };
+        let request = self
+            .http
+            .request(method, url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let (status, body) = self.send(request).await?;
+        let answer = serde_json::from_slice::<serde_json::Value>(&body).ok();
+        let said = answer
+            .as_ref()
+            .and_then(|answer| answer.get("error")?.as_str().map(str::to_owned));
+        match (status, answer, said) {
+            (200 | 201, Some(report), _) if report.get("generation").is_some() => {
+                Ok(Written::Done(report))
+            }
+            // The change's own refusals, in the admin API's error shape; a 404 without it is a
+            // program with no such route.
+            (400 | 404 | 409 | 500, Some(answer), Some(error)) => Ok(Written::Refused {
+                status,
+                error,
+                problems: answer
+                    .get("problems")
+                    .and_then(serde_json::Value::as_array)
+                    .map(|problems| {
+                        problems
+                            .iter()
+                            .filter_map(|p| p.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }),
+            _ => Err(Unanswered::Refused(refusal(&self.base, status, &body))),
+        }
+    }
+
     async fn get<T: DeserializeOwned>(&self, path: &str, query: &str) -> Result<T, Unanswered> {
         let base = &self.base;
-        let mut request = self.http.get(format!("{base}{path}{query}"));
+        let request = self.http.get(format!("{base}{path}{query}"));
+        let (status, body) = self.send(request).await?;
+        if status == 200 {
+            return serde_json::from_slice(&body).map_err(|_| {
+                Unanswered::Refused(format!(
+                    "the program at {base} answered, but not as mcpgw's admin API does"
+                ))
+            });
+        }
+        Err(Unanswered::Refused(refusal(base, status, &body)))
+    }
+
+    /// Sends `request` with the credentials: the status and the body.
+    async fn send(
+        &self,
+        mut request: reqwest::RequestBuilder,
+    ) -> Result<(u16, axum::body::Bytes), Unanswered> {
+        let base = &self.base;
         if let Some(token) = &self.token {
             request = request.header(ADMIN_TOKEN_HEADER, token);
         }
@@ -144,14 +242,7 @@ impl AdminClient {
         };
         let status = response.status().as_u16();
         let body = response.bytes().await.unwrap_or_default();
-        if status == 200 {
-            return serde_json::from_slice(&body).map_err(|_| {
-                Unanswered::Refused(format!(
-                    "the program at {base} answered, but not as mcpgw's admin API does"
-                ))
-            });
-        }
-        Err(Unanswered::Refused(refusal(base, status, &body)))
+        Ok((status, body))
     }
 }
 

@@ -17,15 +17,15 @@
 //!   had neither). Its next call to the server asks it to sign in again.
 //!
 //! Guarded and for admins only, as every admin route; a bad parameter gets 400 naming it.
+//! Routed by `admin_api`, the one table of the admin API.
 
 use std::{sync::Arc, time::SystemTime};
 
 use axum::{
-    Extension, Json, Router,
+    Extension, Json,
     extract::{Path, RawQuery, State},
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::get,
 };
 use serde_json::{Value, json};
 
@@ -46,19 +46,6 @@ const DEFAULT_AUDIT_LIMIT: usize = 50;
 const MAX_AUDIT_LIMIT: usize = 500;
 /// Approvals listed with `status=all` unless `limit` says otherwise.
 const DEFAULT_APPROVALS_LIMIT: u32 = 50;
-
-pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route("/admin/v1/audit", get(audit))
-        .route("/admin/v1/approvals", get(approvals))
-        .route("/admin/v1/clients", get(clients))
-        .route("/admin/v1/connections", get(connections))
-        .route(
-            "/admin/v1/connections/{server}/{principal}",
-            axum::routing::delete(sign_out),
-        )
-        .with_state(gateway)
-}
 
 type Caller = Option<Extension<Principal>>;
 
@@ -94,7 +81,7 @@ fn listed<T>(
     }
 }
 
-async fn audit(
+pub(crate) async fn audit(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
     RawQuery(raw): RawQuery,
@@ -181,7 +168,7 @@ fn limit(value: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("limit must be a number from 1 to {MAX_AUDIT_LIMIT}"))
 }
 
-async fn approvals(
+pub(crate) async fn approvals(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
     RawQuery(raw): RawQuery,
@@ -221,7 +208,7 @@ async fn approvals(
     listed("approvals", listed_approvals, super::approval_json)
 }
 
-async fn clients(
+pub(crate) async fn clients(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
     RawQuery(raw): RawQuery,
@@ -244,7 +231,7 @@ async fn clients(
     })
 }
 
-async fn connections(
+pub(crate) async fn connections(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
     RawQuery(raw): RawQuery,
@@ -266,7 +253,7 @@ async fn connections(
     })
 }
 
-async fn sign_out(
+pub(crate) async fn sign_out(
     State(gateway): State<Arc<Gateway>>,
     caller: Caller,
     Path((server, principal)): Path<(String, String)>,

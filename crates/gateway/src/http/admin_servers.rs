@@ -28,12 +28,11 @@
 use std::sync::Arc;
 
 use axum::{
-    Json, Router,
+    Json,
     body::Bytes,
     extract::{Path, State},
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::{get, post},
 };
 use serde_json::{Map, Value, json};
 
@@ -43,20 +42,7 @@ use crate::{
     overview,
 };
 
-pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route(
-            "/admin/v1/servers/{name}",
-            get(one).put(replace).patch(patch).delete(remove),
-        )
-        .route("/admin/v1/servers/{name}/enable", post(enable))
-        .route("/admin/v1/servers/{name}/disable", post(disable))
-        .route("/admin/v1/servers/{name}/test", post(test))
-        .route("/admin/v1/servers/{name}/credentials", get(credentials))
-        .with_state(gateway)
-}
-
-/// `POST /admin/v1/servers` (routed by `admin_v1` beside its `GET`).
+/// `POST /admin/v1/servers`. This module's routes are `admin_api`'s table.
 pub(crate) async fn add(State(gateway): State<Arc<Gateway>>, _: Admin, body: Bytes) -> Response {
     let (text, object) = match object_body(&body) {
         Ok(read) => read,
@@ -66,7 +52,7 @@ pub(crate) async fn add(State(gateway): State<Arc<Gateway>>, _: Admin, body: Byt
     changed(&gateway, change, StatusCode::CREATED).await
 }
 
-async fn replace(
+pub(crate) async fn replace(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,
@@ -85,7 +71,7 @@ async fn replace(
     }
 }
 
-async fn patch(
+pub(crate) async fn patch(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,
@@ -97,7 +83,7 @@ async fn patch(
     }
 }
 
-async fn remove(
+pub(crate) async fn remove(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,
@@ -105,7 +91,7 @@ async fn remove(
     changed(&gateway, ServerChange::Remove(name), StatusCode::OK).await
 }
 
-async fn enable(
+pub(crate) async fn enable(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,
@@ -113,7 +99,7 @@ async fn enable(
     changed(&gateway, ServerChange::Enable(name, true), StatusCode::OK).await
 }
 
-async fn disable(
+pub(crate) async fn disable(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,
@@ -143,14 +129,22 @@ pub(crate) fn refusal(refused: &ChangeError) -> Response {
     super::errors::plain(status, &refused.to_string())
 }
 
-async fn one(State(gateway): State<Arc<Gateway>>, _: Admin, Path(name): Path<String>) -> Response {
+pub(crate) async fn one(
+    State(gateway): State<Arc<Gateway>>,
+    _: Admin,
+    Path(name): Path<String>,
+) -> Response {
     match overview::server(&gateway, &name).await {
         Some(row) => Json(row).into_response(),
         None => unknown(&name),
     }
 }
 
-async fn test(State(gateway): State<Arc<Gateway>>, _: Admin, Path(name): Path<String>) -> Response {
+pub(crate) async fn test(
+    State(gateway): State<Arc<Gateway>>,
+    _: Admin,
+    Path(name): Path<String>,
+) -> Response {
     let config = gateway.config();
     let Some(server) = config.server(&name).cloned() else {
         return unknown(&name);
@@ -159,7 +153,7 @@ async fn test(State(gateway): State<Arc<Gateway>>, _: Admin, Path(name): Path<St
     Json(tested.json()).into_response()
 }
 
-async fn credentials(
+pub(crate) async fn credentials(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     Path(name): Path<String>,

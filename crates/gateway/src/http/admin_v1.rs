@@ -10,8 +10,8 @@
 //!   lists can be compared side by side.
 //!
 //! The writes under `/admin/v1/servers` (add, change, remove, enable, disable, test, and the
-//! credentials of one server) are `admin_servers`'; `POST /admin/v1/servers` is routed here,
-//! beside its `GET`.
+//! credentials of one server) are `admin_servers`'. Every route is routed by `admin_api`, the
+//! one table of the admin API, beside the OpenAPI document that describes it.
 //!
 //! Behind the guard like every `/admin/*` route (on an open listener the admin token, never
 //! cross-site), and for admins only: the local user, or a principal whose profile says
@@ -22,11 +22,10 @@
 use std::sync::Arc;
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{RawQuery, State},
     http::StatusCode,
     response::{IntoResponse, Response},
-    routing::get,
 };
 use serde_json::json;
 
@@ -43,15 +42,7 @@ pub(crate) const SEARCH_PATH: &str = "/admin/v1/search";
 /// How many hits a search shows when `top_k` is not given, as `mcpgw search`.
 const DEFAULT_TOP_K: usize = 5;
 
-pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route(SERVERS_PATH, get(servers).post(super::admin_servers::add))
-        .route(TOOLS_PATH, get(tools))
-        .route(SEARCH_PATH, get(search))
-        .with_state(gateway)
-}
-
-async fn servers(
+pub(crate) async fn servers(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     RawQuery(raw): RawQuery,
@@ -62,14 +53,18 @@ async fn servers(
     Json(json!({"servers": overview::servers(&gateway).await})).into_response()
 }
 
-async fn tools(State(gateway): State<Arc<Gateway>>, _: Admin, RawQuery(raw): RawQuery) -> Response {
+pub(crate) async fn tools(
+    State(gateway): State<Arc<Gateway>>,
+    _: Admin,
+    RawQuery(raw): RawQuery,
+) -> Response {
     match tools_query(raw.as_deref(), &gateway.config()) {
         Ok(query) => Json(overview::tools(&gateway, &query).await).into_response(),
         Err(bad) => bad_request(&bad),
     }
 }
 
-async fn search(
+pub(crate) async fn search(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     RawQuery(raw): RawQuery,

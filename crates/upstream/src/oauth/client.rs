@@ -25,7 +25,10 @@ use url::Url;
 
 use crate::{lock, transport::streamable_http::SessionAwareClient};
 
-use super::{AuthError, TokenResponse, error::*, guarded::*, settings::*, store::*};
+use super::{
+    AuthError, RefreshOutcome, TokenResponse, error::*, guarded::*, refreshes, settings::*,
+    store::*,
+};
 
 /// The Streamable HTTP client for one OAuth-protected upstream: mcpgw's [`SessionAwareClient`]
 /// with a bearer token from the stored credentials.
@@ -148,9 +151,11 @@ impl AuthorizedClient {
     async fn access_token(&self) -> Result<Option<String>, AuthError> {
         let mut guard = self.shared.manager.lock().await;
         let started = now_epoch_secs();
+        // Under the lock: a refresh sent from here on is this request's.
+        self.shared.http.take_refresh_sent();
         let mut error = match guard.manager.get_access_token().await {
             Ok(token) => {
-                lock(&self.shared.events).refresh_failure = None;
+                self.shared.usable_again();
                 return Ok(Some(token));
             }
             Err(error) => error,
@@ -166,7 +171,7 @@ impl AuthorizedClient {
             Ok(true) if guard.configured != before => {
                 match guard.manager.get_access_token().await {
                     Ok(token) => {
-                        lock(&self.shared.events).refresh_failure = None;
+                        self.shared.usable_again();
                         return Ok(Some(token));
                     }
                     Err(again) => error = again,
@@ -208,6 +213,8 @@ impl AuthorizedClient {
         match guard.manager.refresh_token().await {
             Ok(token) => {
                 lock(&self.shared.events).refresh_failure = None;
+                refreshes::count(RefreshOutcome::Ok);
+                self.shared.http.take_refresh_sent();
                 tracing::info!(
                     server = self.shared.credentials.server(),
                     "access token refreshed"
@@ -300,6 +307,15 @@ impl Shared {
         Ok(true)
     }
 
+    /// A token is usable again: the last failure is over, and a refresh rmcp made on the way
+    /// (ahead of expiry) is counted.
+    fn usable_again(&self) {
+        lock(&self.events).refresh_failure = None;
+        if self.http.take_refresh_sent() {
+            refreshes::count(RefreshOutcome::Ok);
+        }
+    }
+
     async fn stored_token(&self) -> Result<Option<String>, AuthError> {
         Ok(self
             .credentials
@@ -327,6 +343,8 @@ impl Shared {
         started: u64,
         rejected: Option<&str>,
     ) -> Result<Settled, AuthError> {
+        // Whatever rmcp sent on the way is this failure's, not a later success's.
+        self.http.take_refresh_sent();
         let failure = classify_refresh_error(&error);
         // rmcp words a refused token request "Request failed"; the guard says why. The
         // classification stays that of the original error (transient: nothing is known about
@@ -349,9 +367,11 @@ impl Shared {
                 "tokens were replaced while refreshing; using the new ones"
             );
             lock(&self.events).refresh_failure = None;
+            refreshes::count(RefreshOutcome::Replaced);
             return Ok(Settled::Replaced(token.access_token().secret().to_owned()));
         }
         tracing::warn!(server, ?failure, %error, "token refresh failed");
+        refreshes::count(RefreshOutcome::Failed(failure));
         if let Err(store_error) = failure.apply(&self.credentials).await {
             tracing::warn!(server, %store_error, "could not delete dead credentials");
         }

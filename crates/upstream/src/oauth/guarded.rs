@@ -3,7 +3,10 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -58,6 +61,9 @@ pub(super) struct GuardedOAuthClient {
     token_params: Vec<(String, String)>,
     /// The refusal of the last request, if it was refused.
     refused: Mutex<Option<Refusal>>,
+    /// Whether a refresh-token grant was sent since [`GuardedOAuthClient::take_refresh_sent`]
+    /// last asked: rmcp refreshes inside `get_access_token` without saying so.
+    refresh_sent: AtomicBool,
 }
 
 impl GuardedOAuthClient {
@@ -81,7 +87,13 @@ impl GuardedOAuthClient {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             refused: Mutex::new(None),
+            refresh_sent: AtomicBool::new(false),
         })
+    }
+
+    /// Whether a refresh-token grant was sent since the last call; resets it.
+    pub(super) fn take_refresh_sent(&self) -> bool {
+        self.refresh_sent.swap(false, Ordering::Relaxed)
     }
 
     /// The refusal of the last request, if the network policy refused it.
@@ -116,6 +128,9 @@ impl GuardedOAuthClient {
             ..
         } = request;
         add_token_params(&mut request, &self.token_params);
+        if grant_type(&request).as_deref() == Some("refresh_token") {
+            self.refresh_sent.store(true, Ordering::Relaxed);
+        }
         let mut request = reqwest::Request::try_from(request)?;
         netguard::check_url(request.url(), &self.policy).inspect_err(|refusal| {
             tracing::warn!(%refusal, "oauth request refused");
@@ -169,6 +184,16 @@ impl OAuthHttpClient for GuardedOAuthClient {
             result
         })
     }
+}
+
+/// The `grant_type` of a form-encoded POST: a token request.
+fn grant_type(request: &oauth2::HttpRequest) -> Option<String> {
+    if request.method() != http::Method::POST {
+        return None;
+    }
+    url::form_urlencoded::parse(request.body())
+        .find(|(key, _)| key == "grant_type")
+        .map(|(_, value)| value.into_owned())
 }
 
 /// Adds the configured parameters to token requests (code exchange and refresh).

@@ -38,6 +38,7 @@ mod client;
 mod error;
 mod guarded;
 mod login;
+mod refreshes;
 mod settings;
 mod store;
 #[cfg(test)]
@@ -46,6 +47,7 @@ mod tests;
 pub use client::*;
 pub use error::*;
 pub use login::*;
+pub use refreshes::{RefreshOutcome, refresh_counts};
 pub use settings::*;
 pub use store::*;
 
