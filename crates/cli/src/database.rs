@@ -150,9 +150,9 @@ pub(crate) async fn store(command: StoreCommand) -> Result<(), Failure> {
             let report = store::Store::copy(&from, &to, store::CopyOptions { force })
                 .await
                 .map_err(|error| match error {
-                    store::StoreError::NotEmpty { .. } | store::StoreError::BadUrl { .. } => {
-                        Failure::usage(error)
-                    }
+                    store::StoreError::NotEmpty { .. }
+                    | store::StoreError::BadUrl { .. }
+                    | store::StoreError::Missing { .. } => Failure::usage(error),
                     error => Failure::from(
                         anyhow::Error::new(error)
                             .context("the copy failed; the destination is as it was before it"),

@@ -1510,6 +1510,44 @@ strategy = "bm25"
         );
     }
 
+    fn store_summary(text: &str) -> String {
+        match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
+            Ok(config) => format!("{:?}", config.store),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn store_urls_resolve_and_never_show_a_password() {
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key") }"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"sqlite://state/mcpgw.db\"\nkey_file = \"keys/secret.key\"\n",
+        ));
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None }"].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@db.internal:5432/mcpgw?sslmode=require&password=hunter2\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (2 problems):
+              3:1: store.url: both `path` and `url` are set (hint: keep one: `url = "sqlite://PATH"` is the same as `path = "PATH"`)
+              4:1: store.key_file: path is empty (hint: leave it out to use MCPGW_SECRET_KEY or secret.key beside the database)"#]].assert_eq(&store_summary(
+            "[store]\npath = \"a.db\"\nurl = \"sqlite://b.db\"\nkey_file = \"\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: 'mysql' is not a supported database (sqlite or postgres) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"mysql://root:hunter2@db/mcpgw\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: not a valid PostgreSQL URL (empty host) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@:5432/mcpgw\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: not a valid PostgreSQL URL (invalid port number) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@db:port/mcpgw\"\n",
+        ));
+    }
+
     #[test]
     fn retrieval_problems_are_all_reported() {
         expect![[r#"

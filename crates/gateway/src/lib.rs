@@ -778,7 +778,10 @@ async fn close_idle_sessions(gateway: std::sync::Weak<Gateway>) {
 /// OAuth servers cannot connect). Opening SQLite takes milliseconds.
 pub async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
     match open_database(config).await {
-        Ok(store) => Some(store),
+        Ok(store) => {
+            tracing::debug!(backend = %store.backend(), database = store.location(), "database opened");
+            Some(store)
+        }
         Err(error) => {
             tracing::warn!(
                 %error,

@@ -193,9 +193,8 @@ impl Store {
         if let Location::Sqlite(path) = from
             && !path.exists()
         {
-            return Err(StoreError::Open {
+            return Err(StoreError::Missing {
                 location: from.to_string(),
-                source: sqlx::Error::Configuration("the database file does not exist".into()),
             });
         }
         if from.to_string() == to.to_string() {
@@ -411,5 +410,117 @@ impl Store {
             sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(pool).await?
         });
         Ok(count.max(0) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::testing::TestDb;
+    use crate::{AuditEntry, Backend, CallDecision, CallOutcome};
+
+    /// The tables and columns the schema has (besides the pins generation and the migrations'
+    /// own bookkeeping), as the database itself lists them.
+    async fn schema_columns(store: &Store) -> Vec<(String, String)> {
+        let sql = match store.backend() {
+            Backend::Sqlite => {
+                "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p
+                 WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%'
+                 ORDER BY m.name, p.cid"
+            }
+            Backend::Postgres => {
+                "SELECT CAST(table_name AS TEXT), CAST(column_name AS TEXT)
+                 FROM information_schema.columns WHERE table_schema = current_schema()
+                 ORDER BY table_name, ordinal_position"
+            }
+        };
+        let mut columns: Vec<(String, String)> = crate::backend::on_pool!(&store.pool, pool => {
+            sqlx::query_as(sql).fetch_all(pool).await.expect("columns")
+        });
+        columns.retain(|(table, _)| {
+            table != "tool_pins_generation" && table != "mcpgw_schema_migrations"
+        });
+        columns
+    }
+
+    fn entry(at_ms: u64) -> AuditEntry {
+        AuditEntry {
+            at: std::time::UNIX_EPOCH + Duration::from_millis(at_ms),
+            principal: "local".into(),
+            server: "fs".into(),
+            tool: "fs__read".into(),
+            arguments_sha256: "ab".repeat(32),
+            decision: CallDecision::Allowed,
+            outcome: CallOutcome::Ok,
+            latency: Duration::from_millis(3),
+            error: None,
+        }
+    }
+
+    crate::testing::backend_tests! {
+    async fn every_table_and_column_is_copied(db) {
+        let store = db.open().await;
+        let mut copied: Vec<(String, String)> = TABLES
+            .iter()
+            .flat_map(|t| t.columns.iter().map(|(c, _)| (t.name.to_owned(), (*c).to_owned())))
+            .collect();
+        copied.sort();
+        let mut schema = schema_columns(&store).await;
+        schema.sort();
+        assert_eq!(copied, schema, "a migration added a table or column that copy misses");
+    }
+
+    /// Into each backend, from the other: what is there is refused unless forced, and forcing
+    /// replaces it.
+    async fn a_destination_with_rows_is_refused_unless_forced(db) {
+        let other = match db.backend() {
+            Backend::Sqlite => Backend::Postgres,
+            Backend::Postgres => Backend::Sqlite,
+        };
+        let source = TestDb::new(other).await;
+        let from = source.open().await;
+        from.record_calls(&[entry(1), entry(2)]).await.expect("audit");
+        from.add_client("ci").await.expect("client");
+        from.close().await;
+
+        let to = db.open().await;
+        to.record_call(&entry(99)).await.expect("audit");
+        to.close().await;
+        let refused = Store::copy(&source.location, &db.location, CopyOptions::default())
+            .await
+            .expect_err("refused");
+        assert!(matches!(refused, StoreError::NotEmpty { .. }), "{refused}");
+        assert!(refused.to_string().contains("audit: 1 rows"), "{refused}");
+
+        let report = Store::copy(&source.location, &db.location, CopyOptions { force: true })
+            .await
+            .expect("forced");
+        assert!(report.tables.contains(&("audit", 2)), "{report:?}");
+        let to = db.open().await;
+        let audit = to
+            .audit_entries(&crate::AuditQuery { limit: 10, ..Default::default() })
+            .await
+            .expect("audit");
+        assert_eq!(audit, [entry(2), entry(1)], "the destination's own row is gone");
+        assert_eq!(to.clients().await.expect("clients").len(), 1);
+        // A row written after the copy, at the same time as the last copied one, comes after
+        // it: its id follows the copied ids (PostgreSQL's identity was moved on).
+        let mut later = entry(2);
+        later.tool = "fs__later".into();
+        to.record_call(&later).await.expect("audit");
+        let newest = to
+            .audit_page(&crate::AuditQuery { limit: 1, ..Default::default() })
+            .await
+            .expect("page");
+        assert_eq!(newest.entries, [later]);
+        to.close().await;
+
+        let itself = Store::copy(&db.location, &db.location, CopyOptions { force: true })
+            .await
+            .expect_err("not into itself");
+        assert!(itself.to_string().contains("the source itself"), "{itself}");
+    }
     }
 }

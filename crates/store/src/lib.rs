@@ -1,4 +1,5 @@
-//! mcpgw's persistence: one embedded SQLite database, all SQL in this crate.
+//! mcpgw's persistence: an embedded SQLite database (the default) or a PostgreSQL database
+//! shared by several processes, behind one [`Store`]; all SQL in this crate.
 //!
 //! It holds the embedding cache (`embeddings`) and the OAuth state for upstream servers
 //! (`oauth`: client registrations per authorization server, credentials per server and
@@ -7,11 +8,17 @@
 //! tool's trusted definition and a held change (`pins`), the calls waiting for a human
 //! (`approvals`), the audit log of tool calls with its retention (`audit`), and short leases
 //! that let one process at a time act for a key (`leases`: OAuth token refreshes). Callers get
-//! domain types, never rows.
+//! domain types, never rows, and the same methods whichever the backend.
+//!
+//! `backend` says where a store lives ([`Location`]: `sqlite://PATH`, `postgres://...`) and
+//! runs each query on either pool (`on_pool!`: one source, compiled per driver); `schema`
+//! holds the migrations of both; `copy` moves every row from one store to another.
 //!
 //! Architecture invariants:
-//! - All SQL lives here; schema changes are numbered migrations in `migrations/`, applied on
-//!   open, never edited once released.
+//! - All SQL lives here, written once with `$N` placeholders for both backends; only DDL
+//!   differs. Schema changes are numbered migrations, the same numbers for SQLite
+//!   (`migrations/`, `user_version`) and PostgreSQL (`migrations/postgres/`, the
+//!   `mcpgw_schema_migrations` table), applied on open, never edited once released.
 //! - The database is a cache and a record, not a source of truth for configuration: losing
 //!   it costs re-embedding and re-authorising, never a wrong answer.
 //! - A value read back that does not decode (wrong length, wrong dimension) is treated as
@@ -24,7 +31,13 @@
 //!   key that cannot be loaded is an error, and only for the call that needed it.
 //! - The secret key is loaded on first secret use (`$MCPGW_SECRET_KEY`, else a 0600 key
 //!   file), so the embedding cache works with no key at all. Key material is zeroized on drop
-//!   and appears in no `Debug` output, error or log; nor does any stored value.
+//!   and appears in no `Debug` output, error or log; nor does any stored value, nor a database
+//!   password ([`Location`] shows URLs with `***`).
+//! - A PostgreSQL store, shared by replicas, takes its key only from outside the database
+//!   ([`KeySource::external`]): opening one with a source that would make up a key is refused.
+//! - Every operation that must hold across processes (a lease, an approval's decision, a pin's
+//!   approval) is one conditional statement or one transaction, on either backend.
+//! - The store's tests run against both backends from one source (`testing::backend_tests!`).
 
 mod approvals;
 mod audit;
@@ -86,6 +99,8 @@ pub enum StoreError {
         #[source]
         source: sqlx::Error,
     },
+    #[error("the database {location} does not exist")]
+    Missing { location: String },
     #[error("cannot use the database URL '{url}': {reason}")]
     BadUrl { url: String, reason: &'static str },
     #[error("database query failed: {0}")]
@@ -313,6 +328,13 @@ impl Store {
                 Pool::Sqlite(pool)
             }
             Location::Postgres(url) => {
+                // One connection first: the pool would retry until its timeout and then say
+                // only that it timed out, hiding "connection refused" or "password
+                // authentication failed".
+                let probe = <sqlx::PgConnection as sqlx::Connection>::connect_with(&url.options())
+                    .await
+                    .map_err(open_error)?;
+                let _ = sqlx::Connection::close(probe).await;
                 let pool = PgPoolOptions::new()
                     .max_connections(POSTGRES_CONNECTIONS)
                     .acquire_timeout(Duration::from_secs(10))
