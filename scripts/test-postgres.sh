@@ -24,6 +24,12 @@ PEERS="${MCPGW_PEERS:-$REPO/.peers}"
 DIR="$PEERS/postgres"
 DATA="$DIR/data"
 DB=mcpgw_test
+mkdir -p "$DIR"
+# Run as root with the checkout somewhere the postgres user cannot enter (/root is 0700), the
+# cluster lives in /var/tmp instead, one per checkout; the port and url files stay in $DIR.
+if [[ $(id -u) == 0 ]] && ! runuser -u postgres -- test -x "$PEERS" 2>/dev/null; then
+  DATA="/var/tmp/mcpgw-test-postgres-$(printf '%s' "$REPO" | sha256sum | cut -c1-12)"
+fi
 
 log() { printf '[test-postgres] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -67,7 +73,9 @@ case "${1:-}" in
     mkdir -p "$DIR"
     if [[ $(id -u) == 0 ]]; then
       id postgres >/dev/null 2>&1 || die "no 'postgres' user to run the server as (the Debian package creates it)"
-      chown postgres: "$DIR"
+      mkdir -p "$DATA"
+      chown postgres: "$DATA"
+      chmod 700 "$DATA"
     fi
     # Serialise concurrent starts (two test runs from one checkout). The server must not
     # inherit this descriptor (`8>&-` below), or it would hold the lock for its whole life.
