@@ -146,6 +146,15 @@ else
   log "python venv: installed"
 fi
 
+# ---- 3. PostgreSQL (checked, not installed) ----------------------------------------
+# The store's tests also run against PostgreSQL; scripts/test-postgres.sh starts a throwaway
+# cluster from the installed package (scripts/test.sh does it for every run).
+if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || [[ -n "${PG_BINDIR:-}" ]]; then
+  log "postgresql: $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || echo "$PG_BINDIR")"
+else
+  log "postgresql: NOT INSTALLED; the store's PostgreSQL tests will fail (apt-get install postgresql-15)"
+fi
+
 log "done in $((SECONDS - START)) s"
 # The environment the tests read (both have these defaults in the tests too).
 echo "MCPGW_PEERS=$PEERS"

@@ -12,6 +12,9 @@
 #   0. cargo-nextest, installed from crates.io when missing (once, about 3 minutes)
 #   1. scripts/setup-test-env.sh   real MCP peers into .peers/ (idempotent)
 #      scripts/fetch-models.sh     embedding models into ~/.cache/mcpgw/models (idempotent)
+#      scripts/test-postgres.sh start   the PostgreSQL the store's tests also run against
+#      (a throwaway cluster in .peers/postgres on a free loopback port, about 1 s; stopped
+#      again when this script exits, unless it was already running)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo nextest run --workspace --no-fail-fast
@@ -67,9 +70,13 @@ stage() {
   STAGE="$*"
   printf '\n==> [test] %s\n' "$STAGE"
 }
+POSTGRES_STARTED=0
 on_exit() {
   local rc=$?
   [[ -n "$NEXTEST_LOG" ]] && rm -f "$NEXTEST_LOG"
+  if [[ $POSTGRES_STARTED == 1 ]]; then
+    bash "$REPO/scripts/test-postgres.sh" stop || true
+  fi
   if [[ $rc -ne 0 ]]; then
     printf '\n==> [test] FAILED at stage: %s (exit %d)\n' "${STAGE:-startup}" "$rc" >&2
   fi
@@ -139,6 +146,22 @@ fi
 if [[ "${MCPGW_SKIP_SETUP:-}" != 1 ]]; then
   stage "embedding models (scripts/fetch-models.sh)"
   bash "$REPO/scripts/fetch-models.sh"
+fi
+
+# ---- 1c. PostgreSQL ------------------------------------------------------------
+# Started even with MCPGW_SKIP_SETUP (it is a server, not an install); the package itself is
+# installed by .ci/run (apt-get install postgresql-15) or by hand.
+stage "test PostgreSQL (scripts/test-postgres.sh start)"
+if ! bash "$REPO/scripts/test-postgres.sh" status; then
+  POSTGRES_STARTED=1
+fi
+pg_out="$(bash "$REPO/scripts/test-postgres.sh" start)"
+if [[ "$pg_out" =~ MCPGW_TEST_POSTGRES_URL=([^[:space:]]+) ]]; then
+  export MCPGW_TEST_POSTGRES_URL="${BASH_REMATCH[1]}"
+  echo "    MCPGW_TEST_POSTGRES_URL=$MCPGW_TEST_POSTGRES_URL"
+else
+  echo "    FAIL: scripts/test-postgres.sh start printed no URL" >&2
+  exit 1
 fi
 
 # ---- 2-6. cargo ---------------------------------------------------------------

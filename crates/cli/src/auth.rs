@@ -71,7 +71,7 @@ pub(crate) async fn status(config_path: Option<&Path>, json: bool) -> Result<(),
         }
         return Ok(());
     }
-    let store = store::Store::open(&gateway::store_path(&config.store))
+    let store = gateway::open_database(&config.store)
         .await
         .context("the database that keeps sign-ins cannot be opened")?;
     // The local user's sign-in to every OAuth server, then every other principal's that exists.

@@ -508,15 +508,14 @@ async fn requires_keys(config: &config::Config) -> bool {
     }
     // Only look: a command that prints a snippet should not create a database.
     let path = gateway::store_path(&config.store);
-    if !path.exists() {
+    if config.store.postgres.is_none() && !path.exists() {
         return false;
     }
-    match store::Store::open(&path).await {
+    match gateway::open_database(&config.store).await {
         Ok(store) => store.has_clients().await.unwrap_or(false),
         Err(error) => {
             eprintln!(
-                "warning: cannot open {} to see whether client keys exist ({error}); the entry has no key",
-                path.display()
+                "warning: cannot open the database to see whether client keys exist ({error}); the entry has no key"
             );
             false
         }

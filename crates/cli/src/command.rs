@@ -22,8 +22,7 @@ pub(crate) async fn open_database(
     config: &config::Config,
     keeps: &str,
 ) -> Result<store::Store, Failure> {
-    let path = gateway::store_path(&config.store);
-    store::Store::open(&path)
+    gateway::open_database(&config.store)
         .await
         .with_context(|| format!("the database that keeps {keeps} cannot be opened"))
         .map_err(Failure::from)

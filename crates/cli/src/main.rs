@@ -10,6 +10,7 @@ mod banner;
 mod client_config;
 mod clients;
 mod command;
+mod database;
 mod eval;
 mod pinning;
 mod render;
@@ -179,6 +180,16 @@ enum Command {
     /// Connect an MCP client to this gateway: print its configuration entry, or merge it into
     /// the client's own file with --install.
     ClientConfig(client_config::Args),
+    /// The database's schema (SQLite or PostgreSQL): where it stands, or apply what is pending.
+    Migrate {
+        #[command(subcommand)]
+        command: Option<database::MigrateCommand>,
+    },
+    /// Move mcpgw's state between databases (`mcpgw store copy sqlite://... postgres://...`).
+    Store {
+        #[command(subcommand)]
+        command: database::StoreCommand,
+    },
     /// Convert a Claude Desktop / Cursor / VS Code mcpServers JSON file into mcpgw.toml entries.
     Import {
         file: PathBuf,
@@ -508,6 +519,8 @@ async fn run(cli: Cli, log_format: config::LogFormat) -> Result<(), Failure> {
         Command::Eval(args) => eval::run(args).await,
         Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
+        Command::Migrate { command } => database::migrate(config_path, command).await,
+        Command::Store { command } => database::store(command).await,
     }
 }
 

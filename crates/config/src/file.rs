@@ -100,11 +100,14 @@ pub(crate) struct RemoteEmbedderFile {
     pub dimensions: Option<i64>,
 }
 
-/// `[store]`: the embedded database.
+/// `[store]`: the database: a SQLite file (`path`, or `url = "sqlite://PATH"`) or PostgreSQL
+/// (`url = "postgres://..."`), and where its secret key comes from.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct StoreFile {
     pub path: Option<String>,
+    pub url: Option<String>,
+    pub key_file: Option<String>,
 }
 
 /// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range

@@ -318,12 +318,68 @@ impl NetworkConfig {
     }
 }
 
-/// `[store]`: the embedded SQLite database (embedding cache today; tokens, approvals and
-/// audit later). `None` means the default location in the user data directory.
+/// `[store]`: where mcpgw keeps its state (embedding cache, OAuth tokens, client keys, pins,
+/// approvals, audit, leases). SQLite by default: `path` (or `url = "sqlite://PATH"`), `None`
+/// meaning the default location in the user data directory. With `url = "postgres://..."`,
+/// `postgres` is set and `path` is unused.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StoreConfig {
     pub path: Option<PathBuf>,
+    pub postgres: Option<PostgresUrl>,
+    /// `[store] key_file`: the secret key's file. SQLite: instead of `secret.key` beside the
+    /// database (created on first use). PostgreSQL: must exist, unless `MCPGW_SECRET_KEY` is
+    /// set; it is never created.
+    pub key_file: Option<PathBuf>,
 }
+
+/// A PostgreSQL connection URL from `[store] url`. It may carry a password, so it is kept as a
+/// secret and its `Debug` shows the password as `***`.
+#[derive(Clone)]
+pub struct PostgresUrl(secrecy::SecretString);
+
+impl PostgresUrl {
+    /// The URL itself, password included: for the database driver only.
+    pub fn expose(&self) -> &str {
+        secrecy::ExposeSecret::expose_secret(&self.0)
+    }
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = match url::Url::parse(self.expose()) {
+            Ok(mut url) => {
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("***"));
+                }
+                let pairs: Vec<(String, String)> = url
+                    .query_pairs()
+                    .map(|(k, v)| {
+                        let v = if k.eq_ignore_ascii_case("password") {
+                            "***".to_owned()
+                        } else {
+                            v.into_owned()
+                        };
+                        (k.into_owned(), v)
+                    })
+                    .collect();
+                if !pairs.is_empty() {
+                    url.query_pairs_mut().clear().extend_pairs(pairs);
+                }
+                url.to_string()
+            }
+            Err(_) => "(unreadable URL)".to_owned(),
+        };
+        write!(f, "PostgresUrl({shown})")
+    }
+}
+
+impl PartialEq for PostgresUrl {
+    fn eq(&self, other: &PostgresUrl) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for PostgresUrl {}
 
 /// `[audit]`: how long the audit log of tool calls (in the store) keeps its rows. The gateway
 /// deletes the rows outside these bounds shortly after it starts and then every hour;

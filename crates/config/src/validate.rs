@@ -20,8 +20,8 @@ use crate::value::looks_secret;
 use crate::{
     AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth, HttpTransport, NetworkConfig,
-    OAuthConfig, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig, ServerName,
-    StdioTransport, StoreConfig, Transport, Value,
+    OAuthConfig, PostgresUrl, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig,
+    ServerName, StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -369,18 +369,87 @@ impl Validator {
     }
 
     fn store(&mut self, file: StoreFile) -> StoreConfig {
-        match file.path {
-            Some(path) if !path.trim().is_empty() => StoreConfig {
-                path: Some(self.base_dir.join(path)),
+        let mut config = StoreConfig {
+            key_file: match file.key_file {
+                Some(path) if path.trim().is_empty() => {
+                    self.problems
+                        .push(Problem::new("store.key_file", "path is empty").hint(
+                        "leave it out to use MCPGW_SECRET_KEY or secret.key beside the database",
+                    ));
+                    None
+                }
+                Some(path) => Some(self.base_dir.join(path)),
+                None => None,
             },
-            Some(_) => {
+            ..StoreConfig::default()
+        };
+        let path = match (file.path, file.url) {
+            (Some(_), Some(_)) => {
                 self.problems.push(
-                    Problem::new("store.path", "path is empty")
-                        .hint("leave it out for the default in the user data directory"),
+                    Problem::new("store.url", "both `path` and `url` are set").hint(
+                        "keep one: `url = \"sqlite://PATH\"` is the same as `path = \"PATH\"`",
+                    ),
                 );
-                StoreConfig::default()
+                return config;
             }
-            None => StoreConfig::default(),
+            (Some(path), None) => path,
+            (None, Some(url)) => match self.store_url(&url) {
+                StoreUrl::Sqlite(path) => path,
+                StoreUrl::Postgres(url) => {
+                    config.postgres = Some(url);
+                    return config;
+                }
+                StoreUrl::Invalid => return config,
+            },
+            (None, None) => return config,
+        };
+        if path.trim().is_empty() {
+            self.problems.push(
+                Problem::new("store.path", "path is empty")
+                    .hint("leave it out for the default in the user data directory"),
+            );
+        } else {
+            config.path = Some(self.base_dir.join(path));
+        }
+        config
+    }
+
+    /// `[store] url`: `sqlite://PATH` or `postgres://...` (`postgresql://...`). Problems never
+    /// quote the URL, which may hold a password.
+    fn store_url(&mut self, url: &str) -> StoreUrl {
+        let url = url.trim();
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            return StoreUrl::Sqlite(path.to_owned());
+        }
+        let problem = |message: &str| {
+            Problem::new("store.url", message.to_owned()).hint(
+                "use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in \
+                 PGPASSWORD or ~/.pgpass, or in the URL)",
+            )
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+            self.problems.push(problem(&if scheme.is_empty() {
+                "not a database URL".to_owned()
+            } else {
+                format!("'{scheme}' is not a supported database (sqlite or postgres)")
+            }));
+            return StoreUrl::Invalid;
+        }
+        match url::Url::parse(url) {
+            Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => {
+                StoreUrl::Postgres(PostgresUrl(secrecy::SecretString::from(url)))
+            }
+            Ok(_) => {
+                self.problems
+                    .push(problem("the PostgreSQL URL names no host"));
+                StoreUrl::Invalid
+            }
+            Err(error) => {
+                self.problems
+                    .push(problem(&format!("not a valid PostgreSQL URL ({error})")));
+                StoreUrl::Invalid
+            }
         }
     }
 
@@ -1254,6 +1323,13 @@ fn is_header_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// What `[store] url` names.
+enum StoreUrl {
+    Sqlite(String),
+    Postgres(PostgresUrl),
+    Invalid,
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::fmt::Write;
@@ -1432,6 +1508,44 @@ strategy = "bm25"
         expect!["Hybrid balance=45 min_similarity=None embedder=None store=None"].assert_eq(
             &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
         );
+    }
+
+    fn store_summary(text: &str) -> String {
+        match parse_toml(text, Path::new("/etc/mcpgw/mcpgw.toml")) {
+            Ok(config) => format!("{:?}", config.store),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    #[test]
+    fn store_urls_resolve_and_never_show_a_password() {
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key") }"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"sqlite://state/mcpgw.db\"\nkey_file = \"keys/secret.key\"\n",
+        ));
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None }"].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@db.internal:5432/mcpgw?sslmode=require&password=hunter2\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (2 problems):
+              3:1: store.url: both `path` and `url` are set (hint: keep one: `url = "sqlite://PATH"` is the same as `path = "PATH"`)
+              4:1: store.key_file: path is empty (hint: leave it out to use MCPGW_SECRET_KEY or secret.key beside the database)"#]].assert_eq(&store_summary(
+            "[store]\npath = \"a.db\"\nurl = \"sqlite://b.db\"\nkey_file = \"\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: 'mysql' is not a supported database (sqlite or postgres) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"mysql://root:hunter2@db/mcpgw\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: not a valid PostgreSQL URL (empty host) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@:5432/mcpgw\"\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.url: not a valid PostgreSQL URL (invalid port number) (hint: use sqlite://PATH, or postgres://USER@HOST[:PORT]/DATABASE (the password in PGPASSWORD or ~/.pgpass, or in the URL))"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw:hunter2@db:port/mcpgw\"\n",
+        ));
     }
 
     #[test]

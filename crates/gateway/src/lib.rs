@@ -775,11 +775,14 @@ async fn close_idle_sessions(gateway: std::sync::Weak<Gateway>) {
     }
 }
 
-/// Opens the embedded database; without it the gateway still runs, it only re-embeds on start
-/// (and OAuth servers cannot connect). Opening SQLite takes milliseconds.
+/// Opens the database; without it the gateway still runs, it only re-embeds on start (and
+/// OAuth servers cannot connect). Opening SQLite takes milliseconds.
 pub async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
-    match store::Store::open(&store_path(config)).await {
-        Ok(store) => Some(store),
+    match open_database(config).await {
+        Ok(store) => {
+            tracing::debug!(backend = %store.backend(), database = store.location(), "database opened");
+            Some(store)
+        }
         Err(error) => {
             tracing::warn!(
                 %error,
@@ -790,7 +793,36 @@ pub async fn open_store(config: &config::StoreConfig) -> Option<store::Store> {
     }
 }
 
-/// Where the configured database lives: `[store] path`, else the default location.
+/// Opens the configured database (`[store]`), applying pending migrations, with its secret key
+/// from where the configuration says ([`store_keys`]).
+pub async fn open_database(
+    config: &config::StoreConfig,
+) -> Result<store::Store, store::StoreError> {
+    store::Store::open_at(&store_location(config)?, store_keys(config)).await
+}
+
+/// Where the configured database lives: `[store] url = "postgres://..."`, else the SQLite file
+/// of `[store] path` (or `url = "sqlite://PATH"`), else the default location.
+pub fn store_location(config: &config::StoreConfig) -> Result<store::Location, store::StoreError> {
+    match &config.postgres {
+        Some(url) => store::PostgresUrl::parse(url.expose()).map(store::Location::Postgres),
+        None => Ok(store::Location::Sqlite(store_path(config))),
+    }
+}
+
+/// Where the configured database's secret key comes from: `$MCPGW_SECRET_KEY`, else
+/// `[store] key_file`, else (SQLite only) `secret.key` beside the database. PostgreSQL takes
+/// the key only from outside: the variable or an existing `key_file`.
+pub fn store_keys(config: &config::StoreConfig) -> store::KeySource {
+    match (&config.postgres, &config.key_file) {
+        (Some(_), key_file) => store::KeySource::external(key_file.clone()),
+        (None, Some(key_file)) => store::KeySource::new(key_file),
+        (None, None) => store::KeySource::beside(&store_path(config)),
+    }
+}
+
+/// The SQLite database file: `[store] path`, else the default location. With PostgreSQL, the
+/// directory of this default path is still the data directory (the admin token's file).
 pub fn store_path(config: &config::StoreConfig) -> std::path::PathBuf {
     config
         .path

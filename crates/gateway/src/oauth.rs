@@ -76,7 +76,7 @@ impl StoreOAuth {
         config: &config::StoreConfig,
         principal: PrincipalId,
     ) -> Result<Arc<dyn OAuthStore>, store::StoreError> {
-        let store = Store::open(&crate::store_path(config)).await?;
+        let store = crate::open_database(config).await?;
         Ok(Arc::new(Self::new(store, principal)))
     }
 

@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime};
 use crate::time::{from_unix_millis, unix_millis};
 
 use serde_json::{Map, Value};
-use sqlx::Row as _;
+
+use crate::backend::{Record, on_pool};
 
 use crate::{Store, StoreError};
 
@@ -144,29 +145,25 @@ fn object(text: &str) -> Map<String, Value> {
 const COLUMNS: &str = "id, principal, server, tool, arguments, created_ms, expires_ms, status, \
                        decided_by, decided_ms, decided_arguments, reason";
 
-fn approval(row: &sqlx::sqlite::SqliteRow, now: i64) -> Result<Approval, StoreError> {
-    let expires_ms: i64 = row.try_get("expires_ms")?;
-    let mut status = ApprovalStatus::parse(row.try_get::<&str, _>("status")?);
+fn approval(row: &impl Record, now: i64) -> Result<Approval, StoreError> {
+    let expires_ms = row.int("expires_ms")?;
+    let mut status = ApprovalStatus::parse(&row.text("status")?);
     if status == ApprovalStatus::Pending && expires_ms <= now {
         status = ApprovalStatus::Expired;
     }
     Ok(Approval {
-        id: row.try_get("id")?,
-        principal: row.try_get::<String, _>("principal")?.into(),
-        server: row.try_get::<String, _>("server")?.into(),
-        tool: row.try_get::<String, _>("tool")?.into(),
-        arguments: object(row.try_get("arguments")?),
-        created_at: from_unix_millis(row.try_get("created_ms")?),
+        id: row.text("id")?,
+        principal: row.text("principal")?.into(),
+        server: row.text("server")?.into(),
+        tool: row.text("tool")?.into(),
+        arguments: object(&row.text("arguments")?),
+        created_at: from_unix_millis(row.int("created_ms")?),
         expires_at: from_unix_millis(expires_ms),
         status,
-        decided_by: row.try_get("decided_by")?,
-        decided_at: row
-            .try_get::<Option<i64>, _>("decided_ms")?
-            .map(from_unix_millis),
-        decided_arguments: row
-            .try_get::<Option<&str>, _>("decided_arguments")?
-            .map(object),
-        reason: row.try_get("reason")?,
+        decided_by: row.text_opt("decided_by")?,
+        decided_at: row.int_opt("decided_ms")?.map(from_unix_millis),
+        decided_arguments: row.text_opt("decided_arguments")?.as_deref().map(object),
+        reason: row.text_opt("reason")?,
     })
 }
 
@@ -178,20 +175,24 @@ impl Store {
         let arguments = Value::Object(new.arguments.clone()).to_string();
         let id = loop {
             let id = new_id()?;
-            let inserted = sqlx::query(
-                "INSERT INTO approvals (id, principal, server, tool, arguments, created_ms, expires_ms)
-                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(&id)
-            .bind(new.principal)
-            .bind(new.server)
-            .bind(new.tool)
-            .bind(&arguments)
-            .bind(unix_millis(now))
-            .bind(unix_millis(expires))
-            .execute(&self.pool)
-            .await?;
-            if inserted.rows_affected() == 1 {
+            let inserted = on_pool!(&self.pool, pool => {
+                sqlx::query(
+                    "INSERT INTO approvals
+                         (id, principal, server, tool, arguments, created_ms, expires_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(&id)
+                .bind(new.principal)
+                .bind(new.server)
+                .bind(new.tool)
+                .bind(&arguments)
+                .bind(unix_millis(now))
+                .bind(unix_millis(expires))
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
+            if inserted == 1 {
                 break id;
             }
         };
@@ -212,14 +213,16 @@ impl Store {
     }
 
     pub async fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM approvals WHERE id = ?"
-        )))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
         let now = unix_millis(SystemTime::now());
-        row.map(|row| approval(&row, now)).transpose()
+        on_pool!(&self.pool, pool => {
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM approvals WHERE id = $1"
+            )))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(|row| approval(&row, now)).transpose()
+        })
     }
 
     /// Approvals still waiting, oldest first; only `principal`'s when given.
@@ -228,29 +231,32 @@ impl Store {
         principal: Option<&str>,
     ) -> Result<Vec<Approval>, StoreError> {
         let now = unix_millis(SystemTime::now());
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM approvals
-             WHERE status = 'pending' AND expires_ms > ? AND (? IS NULL OR principal = ?)
-             ORDER BY created_ms, id"
-        )))
-        .bind(now)
-        .bind(principal)
-        .bind(principal)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(|row| approval(row, now)).collect()
+        on_pool!(&self.pool, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM approvals
+                 WHERE status = 'pending' AND expires_ms > $1 AND ($2 IS NULL OR principal = $2)
+                 ORDER BY created_ms, id"
+            )))
+            .bind(now)
+            .bind(principal)
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(|row| approval(row, now)).collect()
+        })
     }
 
     /// The most recent approvals in any state, newest first (for `mcpgw approvals list --all`).
     pub async fn recent_approvals(&self, limit: u32) -> Result<Vec<Approval>, StoreError> {
         let now = unix_millis(SystemTime::now());
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM approvals ORDER BY created_ms DESC, id LIMIT ?"
-        )))
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(|row| approval(row, now)).collect()
+        on_pool!(&self.pool, pool => {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM approvals ORDER BY created_ms DESC, id LIMIT $1"
+            )))
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(|row| approval(row, now)).collect()
+        })
     }
 
     /// Records `verdict` on pending approval `id` by `by`, once: a second decision, or one
@@ -270,25 +276,29 @@ impl Store {
             ),
             Verdict::Reject { reason } => (ApprovalStatus::Rejected, None, reason),
         };
-        let done = sqlx::query(
-            "UPDATE approvals SET status = ?, decided_by = ?, decided_ms = ?, decided_arguments = ?, reason = ?
-             WHERE id = ? AND status = 'pending' AND expires_ms > ?",
-        )
-        .bind(status.as_str())
-        .bind(by)
-        .bind(now)
-        .bind(arguments)
-        .bind(reason)
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::from)?;
+        let done = on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "UPDATE approvals
+                 SET status = $1, decided_by = $2, decided_ms = $3, decided_arguments = $4,
+                     reason = $5
+                 WHERE id = $6 AND status = 'pending' AND expires_ms > $3",
+            )
+            .bind(status.as_str())
+            .bind(by)
+            .bind(now)
+            .bind(arguments)
+            .bind(reason)
+            .bind(id)
+            .execute(pool)
+            .await
+            .map_err(StoreError::from)?
+            .rows_affected()
+        });
         let current = self.approval(id).await?;
         let Some(current) = current else {
             return Err(DecideError::NotFound { id: id.to_owned() });
         };
-        if done.rows_affected() == 1 {
+        if done == 1 {
             return Ok(current);
         }
         Err(match current.status {
@@ -305,15 +315,19 @@ impl Store {
     /// Ends pending approval `id` without a decision (`Expired` or `Cancelled`); false when it
     /// was no longer pending (a decision won the race: read it with [`Store::approval`]).
     pub async fn end_approval(&self, id: &str, status: ApprovalStatus) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE approvals SET status = ?, decided_ms = ? WHERE id = ? AND status = 'pending'",
-        )
-        .bind(status.as_str())
-        .bind(unix_millis(SystemTime::now()))
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let done = on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "UPDATE approvals SET status = $1, decided_ms = $2
+                 WHERE id = $3 AND status = 'pending'",
+            )
+            .bind(status.as_str())
+            .bind(unix_millis(SystemTime::now()))
+            .bind(id)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(done == 1)
     }
 }
 
@@ -343,9 +357,9 @@ mod tests {
             .expect("created")
     }
 
-    #[tokio::test]
-    async fn a_decision_is_made_once() {
-        let store = Store::open_in_memory().await.expect("store");
+    crate::testing::backend_tests! {
+    async fn a_decision_is_made_once(db) {
+        let store = db.open().await;
         let first = pending(&store, "client:a", Duration::from_secs(60)).await;
         assert_eq!(first.id.len(), 10);
         assert_eq!(store.pending_approvals(None).await.expect("list").len(), 1);
@@ -399,9 +413,8 @@ mod tests {
         assert!(matches!(missing, DecideError::NotFound { .. }));
     }
 
-    #[tokio::test]
-    async fn an_expired_approval_cannot_be_decided() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn an_expired_approval_cannot_be_decided(db) {
+        let store = db.open().await;
         let gone = pending(&store, "local", Duration::ZERO).await;
         assert!(
             store
@@ -433,5 +446,22 @@ mod tests {
             matches!(refused, DecideError::Cancelled { .. }),
             "{refused}"
         );
+    }
+
+    /// A decision made through one handle (replica B's admin API) is what another handle
+    /// (replica A, holding the waiting call) reads.
+    async fn a_decision_on_one_handle_is_seen_by_another(db) {
+        let a = db.open().await;
+        let b = db.open().await;
+        let waiting = pending(&a, "client:ci", Duration::from_secs(60)).await;
+        assert_eq!(b.pending_approvals(None).await.expect("list").len(), 1);
+        b.decide_approval(&waiting.id, Verdict::Reject { reason: Some("no".into()) }, "local")
+            .await
+            .expect("decided on b");
+        let seen = a.approval(&waiting.id).await.expect("read").expect("row");
+        assert_eq!(seen.status, ApprovalStatus::Rejected);
+        assert_eq!(seen.reason.as_deref(), Some("no"));
+        assert!(a.decide_approval(&waiting.id, Verdict::Approve { arguments: None }, "x").await.is_err());
+    }
     }
 }

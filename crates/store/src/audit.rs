@@ -16,10 +16,8 @@
 use ids::{PrincipalId, QualifiedName, ServerName};
 use std::time::{Duration, SystemTime};
 
+use crate::backend::{Record, on_pool};
 use crate::time::{from_unix_millis, unix_millis};
-
-use sqlx::Row as _;
-
 use crate::{Store, StoreError};
 
 /// Longest error message kept, in characters.
@@ -217,21 +215,25 @@ impl Store {
         self.record_calls(std::slice::from_ref(entry)).await
     }
 
-    /// Appends `entries` to the audit log in one transaction: one trip to SQLite's writer for
-    /// the whole batch, and either every row is written or none is. Each error message is
+    /// Appends `entries` to the audit log in one transaction: one trip to the database's writer
+    /// for the whole batch, and either every row is written or none is. Each error message is
     /// scrubbed and cut as by [`Store::record_call`].
     pub async fn record_calls(&self, entries: &[AuditEntry]) -> Result<(), StoreError> {
-        match entries.len() {
-            0 => return Ok(()),
-            // One statement is atomic by itself: no transaction's extra round trips.
-            n if n <= AUDIT_INSERT_ROWS => return insert_calls(&self.pool, entries).await,
-            _ => {}
+        if entries.is_empty() {
+            return Ok(());
         }
-        let mut transaction = self.pool.begin().await?;
-        for chunk in entries.chunks(AUDIT_INSERT_ROWS) {
-            insert_calls(&mut *transaction, chunk).await?;
-        }
-        transaction.commit().await?;
+        on_pool!(&self.pool, pool => {
+            if entries.len() <= AUDIT_INSERT_ROWS {
+                // One statement is atomic by itself: no transaction's extra round trips.
+                insert_calls!(pool, entries)?;
+            } else {
+                let mut transaction = pool.begin().await?;
+                for chunk in entries.chunks(AUDIT_INSERT_ROWS) {
+                    insert_calls!(&mut *transaction, chunk)?;
+                }
+                transaction.commit().await?;
+            }
+        });
         Ok(())
     }
 
@@ -242,14 +244,16 @@ impl Store {
         since: SystemTime,
         limit: usize,
     ) -> Result<Vec<String>, StoreError> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT tool FROM audit WHERE at_ms >= ? AND outcome = 'ok'
-             GROUP BY tool ORDER BY COUNT(*) DESC, tool LIMIT ?",
-        )
-        .bind(unix_millis(since))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<(String,)> = on_pool!(&self.pool, pool => {
+            sqlx::query_as(
+                "SELECT tool FROM audit WHERE at_ms >= $1 AND outcome = 'ok'
+                 GROUP BY tool ORDER BY COUNT(*) DESC, tool LIMIT $2",
+            )
+            .bind(unix_millis(since))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(pool)
+            .await?
+        });
         Ok(rows.into_iter().map(|(tool,)| tool).collect())
     }
 
@@ -277,12 +281,14 @@ impl Store {
         if let Some(max_rows) = max_rows.filter(|&n| n > 0) {
             // The newest row beyond the cap; it and everything older go. `audit_by_time` holds
             // (at_ms, rowid), so this walks the index, no sort.
-            let newest_dropped: Option<(i64, i64)> = sqlx::query_as(
-                "SELECT at_ms, id FROM audit ORDER BY at_ms DESC, id DESC LIMIT 1 OFFSET ?",
-            )
-            .bind(i64::try_from(max_rows).unwrap_or(i64::MAX))
-            .fetch_optional(&self.pool)
-            .await?;
+            let newest_dropped: Option<(i64, i64)> = on_pool!(&self.pool, pool => {
+                sqlx::query_as(
+                    "SELECT at_ms, id FROM audit ORDER BY at_ms DESC, id DESC LIMIT 1 OFFSET $1",
+                )
+                .bind(i64::try_from(max_rows).unwrap_or(i64::MAX))
+                .fetch_optional(pool)
+                .await?
+            });
             if let Some((at_ms, id)) = newest_dropped {
                 deleted += self.delete_audit_through(at_ms, id).await?;
             }
@@ -296,18 +302,21 @@ impl Store {
         let mut deleted = 0;
         loop {
             // A subquery because SQLite's `DELETE ... LIMIT` is a compile-time option the
-            // bundled library lacks; the row value comparison uses `audit_by_time`.
-            let batch = sqlx::query(
-                "DELETE FROM audit WHERE id IN (
-                     SELECT id FROM audit WHERE (at_ms, id) <= (?, ?)
-                     ORDER BY at_ms, id LIMIT ?)",
-            )
-            .bind(at_ms)
-            .bind(id)
-            .bind(i64::from(AUDIT_PRUNE_BATCH))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+            // bundled library lacks (and PostgreSQL has none); the row value comparison uses
+            // `audit_by_time`.
+            let batch = on_pool!(&self.pool, pool => {
+                sqlx::query(
+                    "DELETE FROM audit WHERE id IN (
+                         SELECT id FROM audit WHERE (at_ms, id) <= ($1, $2)
+                         ORDER BY at_ms, id LIMIT $3)",
+                )
+                .bind(at_ms)
+                .bind(id)
+                .bind(i64::from(AUDIT_PRUNE_BATCH))
+                .execute(pool)
+                .await?
+                .rows_affected()
+            });
             deleted += batch;
             if batch < u64::from(AUDIT_PRUNE_BATCH) {
                 return Ok(deleted);
@@ -325,54 +334,56 @@ impl Store {
     /// Only the filters given become conditions, so SQLite can use the time and principal
     /// indexes (a `? IS NULL OR ...` for each would keep it from them).
     pub async fn audit_page(&self, query: &AuditQuery) -> Result<AuditPage, StoreError> {
-        let mut sql = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-            "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
-                    outcome, latency_ms, error
-             FROM audit WHERE 1 = 1",
-        );
-        let texts = [
-            ("principal", query.principal.as_deref()),
-            ("server", query.server.as_deref()),
-            ("tool", query.tool.as_deref()),
-            ("decision", query.decision.as_deref()),
-            ("outcome", query.outcome.as_deref()),
-        ];
-        for (column, value) in texts {
-            if let Some(value) = value {
-                sql.push(format_args!(" AND {column} = "))
-                    .push_bind(value.to_owned());
-            }
-        }
-        if let Some(since) = query.since {
-            sql.push(" AND at_ms >= ").push_bind(unix_millis(since));
-        }
-        if let Some(until) = query.until {
-            sql.push(" AND at_ms < ").push_bind(unix_millis(until));
-        }
-        if let Some(after) = query.after {
-            sql.push(" AND (at_ms, id) < (")
-                .push_bind(after.at_ms)
-                .push(", ")
-                .push_bind(after.id)
-                .push(")");
-        }
         // One row more than asked says whether there is a next page.
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX - 1);
-        sql.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
-            .push_bind(limit + 1);
-        let rows = sql.build().fetch_all(&self.pool).await?;
-        let more = rows.len() > query.limit;
-        let mut entries = Vec::with_capacity(rows.len().min(query.limit));
+        let mut entries = Vec::with_capacity(query.limit.min(1024));
         let mut last = None;
-        for row in rows.iter().take(query.limit) {
-            last = Some(AuditCursor {
-                at_ms: row.try_get("at_ms")?,
-                id: row.try_get("id")?,
-            });
-            if let Some(entry) = audit_row(row)? {
-                entries.push(entry);
+        let more = on_pool!(&self.pool, pool => {
+            let mut sql = sqlx::QueryBuilder::new(
+                "SELECT id, at_ms, principal, server, tool, args_sha256, decision, approver,
+                        outcome, latency_ms, error
+                 FROM audit WHERE 1 = 1",
+            );
+            let texts = [
+                ("principal", query.principal.as_deref()),
+                ("server", query.server.as_deref()),
+                ("tool", query.tool.as_deref()),
+                ("decision", query.decision.as_deref()),
+                ("outcome", query.outcome.as_deref()),
+            ];
+            for (column, value) in texts {
+                if let Some(value) = value {
+                    sql.push(format_args!(" AND {column} = "))
+                        .push_bind(value.to_owned());
+                }
             }
-        }
+            if let Some(since) = query.since {
+                sql.push(" AND at_ms >= ").push_bind(unix_millis(since));
+            }
+            if let Some(until) = query.until {
+                sql.push(" AND at_ms < ").push_bind(unix_millis(until));
+            }
+            if let Some(after) = query.after {
+                sql.push(" AND (at_ms, id) < (")
+                    .push_bind(after.at_ms)
+                    .push(", ")
+                    .push_bind(after.id)
+                    .push(")");
+            }
+            sql.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
+                .push_bind(limit + 1);
+            let rows = sql.build().fetch_all(pool).await?;
+            for row in rows.iter().take(query.limit) {
+                last = Some(AuditCursor {
+                    at_ms: row.int("at_ms")?,
+                    id: row.int("id")?,
+                });
+                if let Some(entry) = audit_row(row)? {
+                    entries.push(entry);
+                }
+            }
+            rows.len() > query.limit
+        });
         Ok(AuditPage {
             entries,
             next: last.filter(|_| more),
@@ -381,12 +392,12 @@ impl Store {
 }
 
 /// One audit row, or `None` (logged) when this version cannot read its words.
-fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<AuditEntry>, StoreError> {
-    let id: i64 = row.try_get("id")?;
-    let decision: String = row.try_get("decision")?;
-    let outcome: String = row.try_get("outcome")?;
+fn audit_row(row: &impl Record) -> Result<Option<AuditEntry>, StoreError> {
+    let id = row.int("id")?;
+    let decision = row.text("decision")?;
+    let outcome = row.text("outcome")?;
     let (Some(decision), Some(outcome)) = (
-        CallDecision::from_row(&decision, row.try_get("approver")?),
+        CallDecision::from_row(&decision, row.text_opt("approver")?),
         CallOutcome::from_row(&outcome),
     ) else {
         tracing::warn!(
@@ -398,17 +409,15 @@ fn audit_row(row: &sqlx::sqlite::SqliteRow) -> Result<Option<AuditEntry>, StoreE
         return Ok(None);
     };
     Ok(Some(AuditEntry {
-        at: from_unix_millis(row.try_get("at_ms")?),
-        principal: row.try_get::<String, _>("principal")?.into(),
-        server: row.try_get::<String, _>("server")?.into(),
-        tool: row.try_get::<String, _>("tool")?.into(),
-        arguments_sha256: row.try_get("args_sha256")?,
+        at: from_unix_millis(row.int("at_ms")?),
+        principal: row.text("principal")?.into(),
+        server: row.text("server")?.into(),
+        tool: row.text("tool")?.into(),
+        arguments_sha256: row.text("args_sha256")?,
         decision,
         outcome,
-        latency: Duration::from_millis(
-            u64::try_from(row.try_get::<i64, _>("latency_ms")?).unwrap_or(0),
-        ),
-        error: row.try_get("error")?,
+        latency: Duration::from_millis(u64::try_from(row.int("latency_ms")?).unwrap_or(0)),
+        error: row.text_opt("error")?,
     }))
 }
 
@@ -508,45 +517,43 @@ fn looks_like_a_credential(word: &str) -> bool {
 }
 
 /// Rows one `INSERT` of [`Store::record_calls`] writes: 10 bound values each, well under
-/// SQLite's limit of 32,766 per statement.
+/// SQLite's limit of 32,766 per statement (and PostgreSQL's 65,535).
 const AUDIT_INSERT_ROWS: usize = 200;
 
-/// `entries` (at most [`AUDIT_INSERT_ROWS`]) as one multi-row `INSERT` on `executor`: one
-/// statement, so one trip to SQLite's worker thread however many rows.
-async fn insert_calls<'c>(
-    executor: impl sqlx::sqlite::SqliteExecutor<'c>,
-    entries: &[AuditEntry],
-) -> Result<(), StoreError> {
-    let mut insert = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, approver,
-                            outcome, latency_ms, error) ",
-    );
-    insert.push_values(entries, |mut row, entry| {
-        row.push_bind(unix_millis(entry.at))
-            .push_bind(entry.principal.as_str())
-            .push_bind(entry.server.as_str())
-            .push_bind(entry.tool.as_str())
-            .push_bind(entry.arguments_sha256.as_str())
-            .push_bind(entry.decision.as_str())
-            .push_bind(entry.decision.approver())
-            .push_bind(entry.outcome.as_str())
-            .push_bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
-            .push_bind(entry.error.as_deref().map(scrub_error));
-    });
-    // Not kept prepared: the text differs with the row count, and sqlx would cache one
-    // statement per batch size (megabytes of SQLite memory after a load).
-    insert.build().persistent(false).execute(executor).await?;
-    Ok(())
+/// Executes `$entries` (at most [`AUDIT_INSERT_ROWS`]) as one multi-row `INSERT` on
+/// `$executor`, of either backend: one statement, so one trip to the database however many
+/// rows. A macro so the builder's backend comes from the executor.
+macro_rules! insert_calls {
+    ($executor:expr, $entries:expr) => {{
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, approver,
+                                outcome, latency_ms, error) ",
+        );
+        insert.push_values($entries, |mut row, entry| {
+            row.push_bind(unix_millis(entry.at))
+                .push_bind(entry.principal.as_str())
+                .push_bind(entry.server.as_str())
+                .push_bind(entry.tool.as_str())
+                .push_bind(entry.arguments_sha256.as_str())
+                .push_bind(entry.decision.as_str())
+                .push_bind(entry.decision.approver())
+                .push_bind(entry.outcome.as_str())
+                .push_bind(i64::try_from(entry.latency.as_millis()).unwrap_or(i64::MAX))
+                .push_bind(entry.error.as_deref().map(scrub_error));
+        });
+        // Not kept prepared: the text differs with the row count, and sqlx would cache one
+        // statement per batch size (megabytes of SQLite memory after a load).
+        insert.build().persistent(false).execute($executor).await
+    }};
 }
+use insert_calls;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::UNIX_EPOCH;
 
-    async fn store() -> Store {
-        Store::open_in_memory().await.expect("open")
-    }
+    use crate::testing::TestDb;
 
     fn entry(principal: &str, at_ms: u64, decision: CallDecision) -> AuditEntry {
         AuditEntry {
@@ -571,9 +578,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn entries_come_back_newest_first_and_filtered() {
-        let store = store().await;
+    crate::testing::backend_tests! {
+    async fn entries_come_back_newest_first_and_filtered(db) {
+        let store = db.open().await;
         let written = [
             entry("local", 1_000, CallDecision::Allowed),
             entry(
@@ -632,9 +639,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn pages_follow_each_other_under_every_filter() {
-        let store = store().await;
+    async fn pages_follow_each_other_under_every_filter(db) {
+        let store = db.open().await;
         let mut written = Vec::new();
         for i in 0..7u64 {
             let mut row = entry(
@@ -722,9 +728,8 @@ mod tests {
         assert_eq!(ci_ok.len(), 2, "rows 1 and 5 (row 3 did not run)");
     }
 
-    #[tokio::test]
-    async fn every_decision_and_outcome_round_trips() {
-        let store = store().await;
+    async fn every_decision_and_outcome_round_trips(db) {
+        let store = db.open().await;
         let decisions = [
             CallDecision::Allowed,
             CallDecision::Approved {
@@ -761,20 +766,18 @@ mod tests {
         assert_eq!(read, written);
     }
 
-    #[tokio::test]
-    async fn unreadable_rows_are_skipped() {
-        let store = store().await;
+    async fn unreadable_rows_are_skipped(db) {
+        let store = db.open().await;
         store
             .record_call(&entry("local", 1, CallDecision::Allowed))
             .await
             .expect("record");
-        sqlx::query(
-            "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
-                                latency_ms) VALUES (2, 'local', 's', 's__t', '', 'vetoed', 'ok', 0)",
-        )
-        .execute(&store.pool)
-        .await
-        .expect("insert");
+        store
+            .exec(
+                "INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
+                                    latency_ms) VALUES (2, 'local', 's', 's__t', '', 'vetoed', 'ok', 0)",
+            )
+            .await;
         let read = store
             .audit_entries(&query(None, None, 10))
             .await
@@ -782,9 +785,8 @@ mod tests {
         assert_eq!(read.len(), 1);
     }
 
-    #[tokio::test]
-    async fn stored_errors_are_scrubbed() {
-        let store = store().await;
+    async fn stored_errors_are_scrubbed(db) {
+        let store = db.open().await;
         let mut e = entry("local", 1, CallDecision::Allowed);
         e.error = Some("401 from https://u:p@api.example/x?key=s3cr3t with Bearer abc".into());
         store.record_call(&e).await.expect("record");
@@ -798,15 +800,19 @@ mod tests {
         );
     }
 
-    /// Writes one row per time in `at_ms` (in that order) and returns the store.
-    async fn store_with_rows(at_ms: &[u64]) -> Store {
-        let store = store().await;
+    }
+
+    /// Writes one row per time in `at_ms` (in that order) to a fresh database of `db`'s backend
+    /// and returns a store on it (and the database, which must outlive it).
+    async fn store_with_rows(db: &TestDb, at_ms: &[u64]) -> (Store, TestDb) {
+        let fresh = TestDb::new(db.backend()).await;
+        let store = fresh.open().await;
         for (i, &ms) in at_ms.iter().enumerate() {
             let mut e = entry("local", ms, CallDecision::Allowed);
             e.tool = format!("fs__t{i}").into();
             store.record_call(&e).await.expect("record");
         }
-        store
+        (store, fresh)
     }
 
     /// The tools of the rows left, newest first (`fs__tN` for the Nth row written).
@@ -824,9 +830,9 @@ mod tests {
         UNIX_EPOCH + Duration::from_millis(ms)
     }
 
-    #[tokio::test]
-    async fn pruning_by_age_deletes_rows_before_the_cutoff_only() {
-        let store = store_with_rows(&[1_000, 2_000, 2_999, 3_000, 4_000]).await;
+    crate::testing::backend_tests! {
+    async fn pruning_by_age_deletes_rows_before_the_cutoff_only(db) {
+        let (store, _db) = store_with_rows(&db, &[1_000, 2_000, 2_999, 3_000, 4_000]).await;
         assert_eq!(store.prune_audit(at(3_000), None).await.expect("prune"), 3);
         assert_eq!(tools_left(&store).await, ["fs__t4", "fs__t3"]);
         // Nothing older is left: a second run deletes nothing.
@@ -834,11 +840,10 @@ mod tests {
         assert_eq!(tools_left(&store).await, ["fs__t4", "fs__t3"]);
     }
 
-    #[tokio::test]
-    async fn pruning_by_count_keeps_the_newest_rows() {
+    async fn pruning_by_count_keeps_the_newest_rows(db) {
         // Written out of time order, with a tie at 2_000: the later insert counts as newer,
         // as `audit_entries` shows it.
-        let store = store_with_rows(&[5_000, 1_000, 2_000, 2_000, 4_000, 3_000]).await;
+        let (store, _db) = store_with_rows(&db, &[5_000, 1_000, 2_000, 2_000, 4_000, 3_000]).await;
         assert_eq!(
             tools_left(&store).await,
             ["fs__t0", "fs__t4", "fs__t5", "fs__t3", "fs__t2", "fs__t1"]
@@ -856,9 +861,8 @@ mod tests {
         assert_eq!(tools_left(&store).await, ["fs__t0"]);
     }
 
-    #[tokio::test]
-    async fn pruning_by_age_and_count_applies_both() {
-        let store = store_with_rows(&[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
+    async fn pruning_by_age_and_count_applies_both(db) {
+        let (store, _db) = store_with_rows(&db, &[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
         // Age removes two, then the cap of three removes one more.
         assert_eq!(
             store.prune_audit(at(3_000), Some(3)).await.expect("prune"),
@@ -866,7 +870,7 @@ mod tests {
         );
         assert_eq!(tools_left(&store).await, ["fs__t5", "fs__t4", "fs__t3"]);
         // The cap alone would keep five; age still takes what is too old.
-        let store = store_with_rows(&[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
+        let (store, _db) = store_with_rows(&db, &[1_000, 2_000, 3_000, 4_000, 5_000, 6_000]).await;
         assert_eq!(
             store.prune_audit(at(3_000), Some(5)).await.expect("prune"),
             2
@@ -874,9 +878,8 @@ mod tests {
         assert_eq!(tools_left(&store).await.len(), 4);
     }
 
-    #[tokio::test]
-    async fn pruning_with_nothing_to_delete_deletes_nothing() {
-        let empty = store().await;
+    async fn pruning_with_nothing_to_delete_deletes_nothing(db) {
+        let empty = db.open().await;
         assert_eq!(
             empty
                 .prune_audit(SystemTime::now(), Some(10))
@@ -884,7 +887,7 @@ mod tests {
                 .expect("prune"),
             0
         );
-        let store = store_with_rows(&[5_000, 6_000]).await;
+        let (store, _db) = store_with_rows(&db, &[5_000, 6_000]).await;
         assert_eq!(
             store.prune_audit(at(5_000), Some(2)).await.expect("prune"),
             0
@@ -892,9 +895,8 @@ mod tests {
         assert_eq!(tools_left(&store).await, ["fs__t1", "fs__t0"]);
     }
 
-    #[tokio::test]
-    async fn zero_or_no_cap_and_the_epoch_keep_everything() {
-        let store = store_with_rows(&[0, 1, 2_000, 3_000]).await;
+    async fn zero_or_no_cap_and_the_epoch_keep_everything(db) {
+        let (store, _db) = store_with_rows(&db, &[0, 1, 2_000, 3_000]).await;
         // A cap of 0 is no cap (the configuration's `max_rows = 0`), never "delete all".
         assert_eq!(
             store.prune_audit(UNIX_EPOCH, Some(0)).await.expect("prune"),
@@ -904,21 +906,22 @@ mod tests {
         assert_eq!(tools_left(&store).await.len(), 4);
     }
 
-    #[tokio::test]
-    async fn a_backlog_larger_than_a_batch_is_deleted_completely() {
-        let store = store().await;
+    async fn a_backlog_larger_than_a_batch_is_deleted_completely(db) {
+        let store = db.open().await;
         let batch = u64::from(AUDIT_PRUNE_BATCH);
         let rows = 2 * batch + batch / 2;
-        sqlx::query(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
-             INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
-                                latency_ms)
-             SELECT i, 'local', 'fs', 'fs__old', '', 'allowed', 'ok', 0 FROM n",
-        )
-        .bind(i64::try_from(rows).expect("small"))
-        .execute(&store.pool)
-        .await
-        .expect("insert");
+        on_pool!(&store.pool, pool => {
+            sqlx::query(
+                "WITH RECURSIVE n(i) AS (SELECT CAST(1 AS BIGINT) UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+                 INSERT INTO audit (at_ms, principal, server, tool, args_sha256, decision, outcome,
+                                    latency_ms)
+                 SELECT i, 'local', 'fs', 'fs__old', '', 'allowed', 'ok', 0 FROM n",
+            )
+            .bind(i64::try_from(rows).expect("small"))
+            .execute(pool)
+            .await
+            .expect("insert");
+        });
         let mut newest = entry("local", rows + 10, CallDecision::Allowed);
         newest.tool = "fs__new".into();
         store.record_call(&newest).await.expect("record");
@@ -930,9 +933,11 @@ mod tests {
         assert_eq!(tools_left(&store).await, ["fs__new"]);
     }
 
+    }
+
     #[tokio::test]
-    async fn pruning_walks_the_time_index() {
-        let store = store().await;
+    async fn sqlite_pruning_walks_the_time_index() {
+        let store = Store::open_in_memory().await.expect("store");
         for (sql, binds) in [
             (
                 "EXPLAIN QUERY PLAN DELETE FROM audit WHERE id IN (
@@ -951,7 +956,10 @@ mod tests {
                 plan = plan.bind(1_i64);
             }
             let plan: Vec<String> = plan
-                .fetch_all(&store.pool)
+                .fetch_all(match &store.pool {
+                    crate::backend::Pool::Sqlite(pool) => pool,
+                    crate::backend::Pool::Postgres(_) => unreachable!("an in-memory store"),
+                })
                 .await
                 .expect("plan")
                 .into_iter()

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Row as _;
 use subtle::ConstantTimeEq as _;
 
+use crate::backend::on_pool;
 use crate::time::{from_unix_seconds, unix_seconds};
 use crate::{Store, StoreError};
 
@@ -60,15 +61,21 @@ impl Store {
             "{CLIENT_KEY_PREFIX}{}",
             URL_SAFE_NO_PAD.encode(&bytes[..])
         ));
-        let inserted = sqlx::query(
-            "INSERT INTO clients (name, key_hash, created_at) VALUES (?, ?, unixepoch())
-             ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(name)
-        .bind(&key_hash(key.expose_secret())[..])
-        .execute(&self.pool)
-        .await?;
-        if inserted.rows_affected() == 0 {
+        let hash = key_hash(key.expose_secret());
+        let now = unix_seconds(SystemTime::now());
+        let inserted = on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "INSERT INTO clients (name, key_hash, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (name) DO NOTHING",
+            )
+            .bind(name)
+            .bind(&hash[..])
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        if inserted == 0 {
             return Err(StoreError::ClientExists {
                 name: name.to_owned(),
             });
@@ -78,68 +85,76 @@ impl Store {
 
     /// Every client, by name.
     pub async fn clients(&self) -> Result<Vec<ClientInfo>, StoreError> {
-        let rows = sqlx::query("SELECT name, created_at, last_used_at FROM clients ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(ClientInfo {
-                    name: row.try_get("name")?,
-                    created_at: from_unix_seconds(row.try_get("created_at")?),
-                    last_used_at: row
-                        .try_get::<Option<i64>, _>("last_used_at")?
-                        .map(from_unix_seconds),
+        on_pool!(&self.pool, pool => {
+            let rows =
+                sqlx::query("SELECT name, created_at, last_used_at FROM clients ORDER BY name")
+                    .fetch_all(pool)
+                    .await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ClientInfo {
+                        name: row.try_get("name")?,
+                        created_at: from_unix_seconds(row.try_get("created_at")?),
+                        last_used_at: row
+                            .try_get::<Option<i64>, _>("last_used_at")?
+                            .map(from_unix_seconds),
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Whether any client exists.
     pub async fn has_clients(&self) -> Result<bool, StoreError> {
-        let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM clients LIMIT 1")
-            .fetch_optional(&self.pool)
-            .await?;
+        let found: Option<String> = on_pool!(&self.pool, pool => {
+            sqlx::query_scalar("SELECT name FROM clients LIMIT 1")
+                .fetch_optional(pool)
+                .await?
+        });
         Ok(found.is_some())
     }
 
     /// Deletes client `name` and so its key; false if there was none. Takes effect on the
     /// next request: keys are looked up per request.
     pub async fn remove_client(&self, name: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM clients WHERE name = ?")
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() > 0)
+        let done = on_pool!(&self.pool, pool => {
+            sqlx::query("DELETE FROM clients WHERE name = $1")
+                .bind(name)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(done > 0)
     }
 
     /// The name of the client whose key `presented` is, if any, and notes its use.
     pub async fn authenticate_client(&self, presented: &str) -> Result<Option<String>, StoreError> {
         let hash = key_hash(presented);
-        let found =
-            sqlx::query("SELECT name, key_hash, last_used_at FROM clients WHERE key_hash = ?")
+        let found: Option<(String, Vec<u8>, Option<i64>)> = on_pool!(&self.pool, pool => {
+            sqlx::query_as("SELECT name, key_hash, last_used_at FROM clients WHERE key_hash = $1")
                 .bind(&hash[..])
-                .fetch_optional(&self.pool)
-                .await?;
-        let Some(found) = found else {
+                .fetch_optional(pool)
+                .await?
+        });
+        let Some((name, stored, last_used)) = found else {
             return Ok(None);
         };
-        let stored: Vec<u8> = found.try_get("key_hash")?;
         // The equality is already implied by the lookup; this makes the decision itself
         // independent of where two hashes differ (and of a stored hash of the wrong length).
         if !bool::from(stored.as_slice().ct_eq(&hash[..])) {
             return Ok(None);
         }
-        let name: String = found.try_get("name")?;
-        let last_used: Option<i64> = found.try_get("last_used_at")?;
         let now = unix_seconds(SystemTime::now());
         let stale = last_used
             .is_none_or(|at| now.saturating_sub(at) >= LAST_USED_RESOLUTION.as_secs() as i64);
         if stale {
-            sqlx::query("UPDATE clients SET last_used_at = ? WHERE name = ?")
-                .bind(now)
-                .bind(&name)
-                .execute(&self.pool)
-                .await?;
+            on_pool!(&self.pool, pool => {
+                sqlx::query("UPDATE clients SET last_used_at = $1 WHERE name = $2")
+                    .bind(now)
+                    .bind(&name)
+                    .execute(pool)
+                    .await?;
+            });
         }
         Ok(Some(name))
     }
@@ -153,13 +168,9 @@ fn key_hash(key: &str) -> [u8; 32] {
 mod tests {
     use super::*;
 
-    async fn store() -> Store {
-        Store::open_in_memory().await.expect("open")
-    }
-
-    #[tokio::test]
-    async fn a_new_key_authenticates_its_client_only() {
-        let store = store().await;
+    crate::testing::backend_tests! {
+    async fn a_new_key_authenticates_its_client_only(db) {
+        let store = db.open().await;
         let ci = store.add_client("ci").await.expect("add");
         let laptop = store.add_client("laptop").await.expect("add");
         assert!(ci.expose_secret().starts_with(CLIENT_KEY_PREFIX));
@@ -184,9 +195,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn listing_shows_names_and_times_and_use() {
-        let store = store().await;
+    async fn listing_shows_names_and_times_and_use(db) {
+        let store = db.open().await;
         assert!(!store.has_clients().await.expect("has"));
         let key = store.add_client("b").await.expect("add");
         store.add_client("a").await.expect("add");
@@ -203,9 +213,8 @@ mod tests {
         assert!(listed[1].created_at <= SystemTime::now());
     }
 
-    #[tokio::test]
-    async fn a_name_is_taken_once_and_must_be_valid() {
-        let store = store().await;
+    async fn a_name_is_taken_once_and_must_be_valid(db) {
+        let store = db.open().await;
         store.add_client("ci").await.expect("add");
         let taken = store.add_client("ci").await.expect_err("taken");
         assert_eq!(
@@ -217,9 +226,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_removed_client_key_no_longer_authenticates() {
-        let store = store().await;
+    async fn a_removed_client_key_no_longer_authenticates(db) {
+        let store = db.open().await;
         let key = store.add_client("ci").await.expect("add");
         assert!(store.remove_client("ci").await.expect("remove"));
         assert!(!store.remove_client("ci").await.expect("remove"));
@@ -231,5 +239,6 @@ mod tests {
             None
         );
         assert!(!store.has_clients().await.expect("has"));
+    }
     }
 }

@@ -3,8 +3,10 @@
 use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
-use sqlx::Row;
+use sqlx::Row as _;
 
+use crate::backend::on_pool;
+use crate::time::unix_seconds;
 use crate::{Store, StoreError};
 
 /// SHA-256 of a text, the cache key beside the model id.
@@ -14,7 +16,8 @@ pub fn text_hash(text: &str) -> TextHash {
     Sha256::digest(text.as_bytes()).into()
 }
 
-/// SQLite allows 32,766 bound parameters; stay well below it per statement.
+/// SQLite allows 32,766 bound parameters, PostgreSQL 65,535; stay well below both per
+/// statement.
 const CHUNK: usize = 500;
 
 impl Store {
@@ -27,26 +30,29 @@ impl Store {
     ) -> Result<HashMap<TextHash, Vec<f32>>, StoreError> {
         let mut found = HashMap::with_capacity(hashes.len());
         for chunk in hashes.chunks(CHUNK) {
-            let placeholders = vec!["?"; chunk.len()].join(",");
+            let placeholders: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
             let sql = format!(
-                "SELECT text_hash, dim, vector FROM embeddings WHERE model = ? AND text_hash IN ({placeholders})"
+                "SELECT text_hash, dim, vector FROM embeddings WHERE model = $1 AND text_hash IN ({})",
+                placeholders.join(",")
             );
-            // Only `?` placeholders are formatted in; every value is bound.
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(model);
-            for hash in chunk {
-                query = query.bind(hash.as_slice());
-            }
-            for row in query.fetch_all(&self.pool).await? {
-                let hash: Vec<u8> = row.try_get("text_hash")?;
-                let dim: i64 = row.try_get("dim")?;
-                let blob: Vec<u8> = row.try_get("vector")?;
-                match (TextHash::try_from(hash.as_slice()), decode(&blob, dim)) {
-                    (Ok(hash), Some(vector)) => {
-                        found.insert(hash, vector);
-                    }
-                    _ => tracing::warn!(model, "ignoring an undecodable cached embedding"),
+            on_pool!(&self.pool, pool => {
+                // Only placeholders are formatted in; every value is bound.
+                let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(model);
+                for hash in chunk {
+                    query = query.bind(hash.as_slice());
                 }
-            }
+                for row in query.fetch_all(pool).await? {
+                    let hash: Vec<u8> = row.try_get("text_hash")?;
+                    let dim: i64 = row.try_get("dim")?;
+                    let blob: Vec<u8> = row.try_get("vector")?;
+                    match (TextHash::try_from(hash.as_slice()), decode(&blob, dim)) {
+                        (Ok(hash), Some(vector)) => {
+                            found.insert(hash, vector);
+                        }
+                        _ => tracing::warn!(model, "ignoring an undecodable cached embedding"),
+                    }
+                }
+            })
         }
         Ok(found)
     }
@@ -57,28 +63,38 @@ impl Store {
         model: &str,
         entries: &[(TextHash, Vec<f32>)],
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        for (hash, vector) in entries {
-            sqlx::query(
-                "INSERT OR REPLACE INTO embeddings (model, text_hash, dim, vector) VALUES (?, ?, ?, ?)",
-            )
-            .bind(model)
-            .bind(hash.as_slice())
-            .bind(vector.len() as i64)
-            .bind(encode(vector))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        let now = unix_seconds(std::time::SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            for (hash, vector) in entries {
+                sqlx::query(
+                    "INSERT INTO embeddings (model, text_hash, dim, vector, created_at)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (model, text_hash) DO UPDATE SET
+                         dim = excluded.dim, vector = excluded.vector,
+                         created_at = excluded.created_at",
+                )
+                .bind(model)
+                .bind(hash.as_slice())
+                .bind(vector.len() as i64)
+                .bind(encode(vector))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 
     /// Number of cached vectors for `model` (for status output and tests).
     pub async fn embedding_count(&self, model: &str) -> Result<u64, StoreError> {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM embeddings WHERE model = ?")
-            .bind(model)
-            .fetch_one(&self.pool)
-            .await?;
+        let count: i64 = on_pool!(&self.pool, pool => {
+            sqlx::query_scalar("SELECT COUNT(*) FROM embeddings WHERE model = $1")
+                .bind(model)
+                .fetch_one(pool)
+                .await?
+        });
         Ok(count.max(0) as u64)
     }
 }
@@ -127,9 +143,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn embeddings_round_trip_per_model() {
-        let store = Store::open_in_memory().await.expect("store");
+    crate::testing::backend_tests! {
+    async fn embeddings_round_trip_per_model(db) {
+        let store = db.open().await;
         let a = text_hash("read a file");
         let b = text_hash("write a file");
         store
@@ -153,9 +169,8 @@ mod tests {
         assert_eq!(store.embedding_count("m1").await.expect("count"), 2);
     }
 
-    #[tokio::test]
-    async fn many_lookups_are_chunked() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn many_lookups_are_chunked(db) {
+        let store = db.open().await;
         let entries: Vec<(TextHash, Vec<f32>)> = (0..1_200)
             .map(|i| (text_hash(&format!("tool {i}")), vec![i as f32, 1.0]))
             .collect();
@@ -166,38 +181,49 @@ mod tests {
         assert_eq!(got[&hashes[1_199]], vec![1_199.0, 1.0]);
     }
 
-    #[tokio::test]
-    async fn a_reopened_file_keeps_its_cache() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("nested/state/mcpgw.db");
+    async fn a_reopened_database_keeps_its_cache(db) {
         let hash = text_hash("persisted");
         {
-            let store = Store::open(&path).await.expect("open");
+            let store = db.open().await;
             store
                 .put_embeddings("m", &[(hash, vec![0.5; 4])])
                 .await
                 .expect("put");
+            let replaced = vec![0.25; 4];
+            store
+                .put_embeddings("m", &[(hash, replaced)])
+                .await
+                .expect("put again replaces");
+            store.close().await;
         }
-        let store = Store::open(&path).await.expect("reopen");
+        let store = db.open().await;
         let got = store.cached_embeddings("m", &[hash]).await.expect("get");
-        assert_eq!(got[&hash], vec![0.5; 4]);
+        assert_eq!(got[&hash], vec![0.25; 4]);
+        assert_eq!(store.embedding_count("m").await.expect("count"), 1);
+    }
+
+    async fn migrations_run_once(db) {
+        let before = Store::migration_status(&db.location).await.expect("status");
+        assert_eq!(before.applied, 0, "a new database has no schema");
+        assert_eq!(before.pending.len(), crate::MIGRATIONS.len());
+        db.open().await.close().await;
+        let store = db.open().await;
+        let after = Store::migration_status(&db.location).await.expect("status");
+        assert_eq!(after.applied, crate::MIGRATIONS.len() as i64);
+        assert_eq!(after.latest, after.applied);
+        assert!(after.pending.is_empty());
+        assert_eq!(after.backend, db.backend());
+        assert!(Store::migrate(&db.location).await.expect("migrate").is_empty());
+        store.close().await;
+    }
     }
 
     #[tokio::test]
-    async fn migrations_run_once() {
+    async fn a_nested_sqlite_path_is_created() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("mcpgw.db");
-        Store::open(&path)
-            .await
-            .expect("first open creates the schema");
-        let store = Store::open(&path)
-            .await
-            .expect("second open finds it current");
-        let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-            .fetch_one(&store.pool)
-            .await
-            .expect("version");
-        assert_eq!(version, crate::MIGRATIONS.len() as i64);
+        let path = dir.path().join("nested/state/mcpgw.db");
+        Store::open(&path).await.expect("open").close().await;
+        assert!(path.is_file());
     }
 
     #[test]

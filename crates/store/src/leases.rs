@@ -4,9 +4,15 @@
 //! statement, so two processes racing for it cannot both win; [`Store::release_lease`] gives
 //! it back, only if the caller still holds it. A holder that never releases (it crashed) holds
 //! the key until the lease's time runs out.
+//!
+//! On PostgreSQL the same statement is safe across replicas: `INSERT ... ON CONFLICT DO UPDATE
+//! ... WHERE` locks the conflicting row and evaluates the condition on its latest version, so of
+//! two replicas racing for an expired lease exactly one updates it (the other's `WHERE` sees the
+//! winner's fresh expiry) and of two racing for a new key exactly one inserts it.
 
 use std::time::{Duration, SystemTime};
 
+use crate::backend::on_pool;
 use crate::{Store, StoreError, time::unix_millis};
 
 impl Store {
@@ -20,28 +26,32 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let now = SystemTime::now();
         let until = unix_millis(now + ttl);
-        let taken = sqlx::query(
-            "INSERT INTO leases (key, holder, expires_ms) VALUES (?1, ?2, ?3)
-             ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
-             WHERE leases.expires_ms <= ?4 OR leases.holder = excluded.holder",
-        )
-        .bind(key)
-        .bind(holder)
-        .bind(until)
-        .bind(unix_millis(now))
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let taken = on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "INSERT INTO leases (key, holder, expires_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                 WHERE leases.expires_ms <= $4 OR leases.holder = excluded.holder",
+            )
+            .bind(key)
+            .bind(holder)
+            .bind(until)
+            .bind(unix_millis(now))
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
         Ok(taken == 1)
     }
 
     /// Gives the lease on `key` back, if `holder` still has it.
     pub async fn release_lease(&self, key: &str, holder: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM leases WHERE key = ?1 AND holder = ?2")
-            .bind(key)
-            .bind(holder)
-            .execute(&self.pool)
-            .await?;
+        on_pool!(&self.pool, pool => {
+            sqlx::query("DELETE FROM leases WHERE key = $1 AND holder = $2")
+                .bind(key)
+                .bind(holder)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 }
@@ -52,9 +62,9 @@ mod tests {
 
     const MINUTE: Duration = Duration::from_secs(60);
 
-    #[tokio::test]
-    async fn one_holder_at_a_time_until_released_or_expired() {
-        let store = Store::open_in_memory().await.expect("store");
+    crate::testing::backend_tests! {
+    async fn one_holder_at_a_time_until_released_or_expired(db) {
+        let store = db.open().await;
         assert!(store.try_lease("k", "a", MINUTE).await.expect("lease"));
         assert!(
             !store.try_lease("k", "b", MINUTE).await.expect("lease"),
@@ -91,15 +101,39 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn two_handles_on_one_file_see_each_others_leases() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("leases.db");
-        let first = Store::open(&path).await.expect("store");
-        let second = Store::open(&path).await.expect("store");
+    /// Two handles on one database (two processes on one file; two replicas on one server).
+    async fn two_handles_on_one_database_see_each_others_leases(db) {
+        let first = db.open().await;
+        let second = db.open().await;
         assert!(first.try_lease("k", "one", MINUTE).await.expect("lease"));
         assert!(!second.try_lease("k", "two", MINUTE).await.expect("lease"));
         first.release_lease("k", "one").await.expect("release");
         assert!(second.try_lease("k", "two", MINUTE).await.expect("lease"));
+        assert!(!first.try_lease("k", "one", MINUTE).await.expect("lease"));
+    }
+
+    /// Many holders racing for one free key, then for it once expired: exactly one wins each
+    /// round, whatever the interleaving.
+    async fn racing_holders_get_one_lease(db) {
+        let handles = [db.open().await, db.open().await, db.open().await];
+        for (round, ttl) in [(0, Duration::from_millis(200)), (1, MINUTE)] {
+            if round == 1 {
+                // Until the first round's lease has run out.
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let mut racers = tokio::task::JoinSet::new();
+            for i in 0..12 {
+                let store = handles[i % handles.len()].clone();
+                racers.spawn(async move {
+                    store
+                        .try_lease("refresh:github:local", &format!("r{round}-{i}"), ttl)
+                        .await
+                        .expect("lease")
+                });
+            }
+            let won = racers.join_all().await.into_iter().filter(|won| *won).count();
+            assert_eq!(won, 1, "round {round}");
+        }
+    }
     }
 }

@@ -10,6 +10,7 @@ use ids::{PrincipalId, ServerName};
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::Row as _;
 
+use crate::backend::on_pool;
 use crate::secrets::Row;
 use crate::time::{from_unix_seconds, unix_seconds};
 use crate::{Store, StoreError};
@@ -78,22 +79,27 @@ impl Store {
             Some(secret) => Some(self.secrets.seal(&row, secret.expose_secret())?),
             None => None,
         };
-        sqlx::query(
-            "INSERT INTO oauth_clients (issuer, redirect_uri, client_id, client_secret, metadata, created_at)
-             VALUES (?, ?, ?, ?, ?, unixepoch())
-             ON CONFLICT (issuer, redirect_uri) DO UPDATE SET
-                 client_id = excluded.client_id,
-                 client_secret = excluded.client_secret,
-                 metadata = excluded.metadata,
-                 created_at = excluded.created_at",
-        )
-        .bind(issuer)
-        .bind(redirect_uri)
-        .bind(&registration.client_id)
-        .bind(secret)
-        .bind(metadata)
-        .execute(&self.pool)
-        .await?;
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_clients
+                     (issuer, redirect_uri, client_id, client_secret, metadata, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (issuer, redirect_uri) DO UPDATE SET
+                     client_id = excluded.client_id,
+                     client_secret = excluded.client_secret,
+                     metadata = excluded.metadata,
+                     created_at = excluded.created_at",
+            )
+            .bind(issuer)
+            .bind(redirect_uri)
+            .bind(&registration.client_id)
+            .bind(secret)
+            .bind(metadata)
+            .bind(now)
+            .execute(pool)
+            .await?;
+        });
         Ok(())
     }
 
@@ -105,20 +111,19 @@ impl Store {
         issuer: &str,
         redirect_uri: &str,
     ) -> Result<Option<ClientRegistration>, StoreError> {
-        let found = sqlx::query(
-            "SELECT client_id, client_secret, metadata FROM oauth_clients
-             WHERE issuer = ? AND redirect_uri = ?",
-        )
-        .bind(issuer)
-        .bind(redirect_uri)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(found) = found else {
+        let found: Option<(String, Option<Vec<u8>>, String)> = on_pool!(&self.pool, pool => {
+            sqlx::query_as(
+                "SELECT client_id, client_secret, metadata FROM oauth_clients
+                 WHERE issuer = $1 AND redirect_uri = $2",
+            )
+            .bind(issuer)
+            .bind(redirect_uri)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some((client_id, sealed, metadata)) = found else {
             return Ok(None);
         };
-        let client_id: String = found.try_get("client_id")?;
-        let sealed: Option<Vec<u8>> = found.try_get("client_secret")?;
-        let metadata: String = found.try_get("metadata")?;
         let client_secret = match sealed {
             None => None,
             Some(sealed) => {
@@ -145,14 +150,16 @@ impl Store {
         issuer: &str,
         client_id: &str,
     ) -> Result<Option<(String, ClientRegistration)>, StoreError> {
-        let found: Option<String> = sqlx::query_scalar(
-            "SELECT redirect_uri FROM oauth_clients WHERE issuer = ? AND client_id = ?
-             ORDER BY created_at DESC, redirect_uri LIMIT 1",
-        )
-        .bind(issuer)
-        .bind(client_id)
-        .fetch_optional(&self.pool)
-        .await?;
+        let found: Option<String> = on_pool!(&self.pool, pool => {
+            sqlx::query_scalar(
+                "SELECT redirect_uri FROM oauth_clients WHERE issuer = $1 AND client_id = $2
+                 ORDER BY created_at DESC, redirect_uri LIMIT 1",
+            )
+            .bind(issuer)
+            .bind(client_id)
+            .fetch_optional(pool)
+            .await?
+        });
         let Some(redirect_uri) = found else {
             return Ok(None);
         };
@@ -169,16 +176,18 @@ impl Store {
         issuer: &str,
         redirect_uri: &str,
     ) -> Result<bool, StoreError> {
-        let deleted = sqlx::query(
-            "DELETE FROM oauth_clients WHERE issuer = ? AND redirect_uri = ? RETURNING client_id",
-        )
-        .bind(issuer)
-        .bind(redirect_uri)
-        .fetch_optional(&self.pool)
-        .await?;
+        let deleted: Option<String> = on_pool!(&self.pool, pool => {
+            sqlx::query_scalar(
+                "DELETE FROM oauth_clients WHERE issuer = $1 AND redirect_uri = $2
+                 RETURNING client_id",
+            )
+            .bind(issuer)
+            .bind(redirect_uri)
+            .fetch_optional(pool)
+            .await?
+        });
         match deleted {
-            Some(deleted) => {
-                let client_id: String = deleted.try_get("client_id")?;
+            Some(client_id) => {
                 self.secrets
                     .forget(&client_row(issuer, redirect_uri, &client_id));
                 Ok(true)
@@ -198,22 +207,27 @@ impl Store {
         let sealed = self
             .secrets
             .seal(&row, credentials.document.expose_secret())?;
-        sqlx::query(
-            "INSERT INTO oauth_credentials (server, principal, issuer, credentials, expires_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, unixepoch())
-             ON CONFLICT (server, principal) DO UPDATE SET
-                 issuer = excluded.issuer,
-                 credentials = excluded.credentials,
-                 expires_at = excluded.expires_at,
-                 updated_at = excluded.updated_at",
-        )
-        .bind(server)
-        .bind(principal)
-        .bind(&credentials.issuer)
-        .bind(sealed)
-        .bind(credentials.expires_at.map(unix_seconds))
-        .execute(&self.pool)
-        .await?;
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_credentials
+                     (server, principal, issuer, credentials, expires_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (server, principal) DO UPDATE SET
+                     issuer = excluded.issuer,
+                     credentials = excluded.credentials,
+                     expires_at = excluded.expires_at,
+                     updated_at = excluded.updated_at",
+            )
+            .bind(server)
+            .bind(principal)
+            .bind(&credentials.issuer)
+            .bind(sealed)
+            .bind(credentials.expires_at.map(unix_seconds))
+            .bind(now)
+            .execute(pool)
+            .await?;
+        });
         Ok(())
     }
 
@@ -224,20 +238,19 @@ impl Store {
         server: &str,
         principal: &str,
     ) -> Result<Option<Credentials>, StoreError> {
-        let found = sqlx::query(
-            "SELECT issuer, credentials, expires_at FROM oauth_credentials
-             WHERE server = ? AND principal = ?",
-        )
-        .bind(server)
-        .bind(principal)
-        .fetch_optional(&self.pool)
-        .await?;
-        let Some(found) = found else {
+        let found: Option<(String, Vec<u8>, Option<i64>)> = on_pool!(&self.pool, pool => {
+            sqlx::query_as(
+                "SELECT issuer, credentials, expires_at FROM oauth_credentials
+                 WHERE server = $1 AND principal = $2",
+            )
+            .bind(server)
+            .bind(principal)
+            .fetch_optional(pool)
+            .await?
+        });
+        let Some((issuer, sealed, expires_at)) = found else {
             return Ok(None);
         };
-        let issuer: String = found.try_get("issuer")?;
-        let sealed: Vec<u8> = found.try_get("credentials")?;
-        let expires_at: Option<i64> = found.try_get("expires_at")?;
         let row = credentials_row(server, principal, &issuer);
         let Some(document) = self.secrets.open(&row, &sealed)? else {
             return Ok(None);
@@ -255,16 +268,18 @@ impl Store {
         server: &str,
         principal: &str,
     ) -> Result<bool, StoreError> {
-        let deleted = sqlx::query(
-            "DELETE FROM oauth_credentials WHERE server = ? AND principal = ? RETURNING issuer",
-        )
-        .bind(server)
-        .bind(principal)
-        .fetch_optional(&self.pool)
-        .await?;
+        let deleted: Option<String> = on_pool!(&self.pool, pool => {
+            sqlx::query_scalar(
+                "DELETE FROM oauth_credentials WHERE server = $1 AND principal = $2
+                 RETURNING issuer",
+            )
+            .bind(server)
+            .bind(principal)
+            .fetch_optional(pool)
+            .await?
+        });
         match deleted {
-            Some(deleted) => {
-                let issuer: String = deleted.try_get("issuer")?;
+            Some(issuer) => {
                 self.secrets
                     .forget(&credentials_row(server, principal, &issuer));
                 Ok(true)
@@ -276,24 +291,26 @@ impl Store {
     /// Every stored credential's status, by server then principal. Needs no key, and lists
     /// rows whose secrets no longer decrypt too.
     pub async fn list_credentials(&self) -> Result<Vec<CredentialStatus>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT server, principal, issuer, expires_at, updated_at FROM oauth_credentials
-             ORDER BY server, principal",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let expires_at: Option<i64> = row.try_get("expires_at")?;
-                Ok(CredentialStatus {
-                    server: row.try_get::<String, _>("server")?.into(),
-                    principal: row.try_get::<String, _>("principal")?.into(),
-                    issuer: row.try_get("issuer")?,
-                    expires_at: expires_at.map(from_unix_seconds),
-                    updated_at: from_unix_seconds(row.try_get("updated_at")?),
+        on_pool!(&self.pool, pool => {
+            let rows = sqlx::query(
+                "SELECT server, principal, issuer, expires_at, updated_at FROM oauth_credentials
+                 ORDER BY server, principal",
+            )
+            .fetch_all(pool)
+            .await?;
+            rows.iter()
+                .map(|row| {
+                    let expires_at: Option<i64> = row.try_get("expires_at")?;
+                    Ok(CredentialStatus {
+                        server: row.try_get::<String, _>("server")?.into(),
+                        principal: row.try_get::<String, _>("principal")?.into(),
+                        issuer: row.try_get("issuer")?,
+                        expires_at: expires_at.map(from_unix_seconds),
+                        updated_at: from_unix_seconds(row.try_get("updated_at")?),
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Records an authorization in flight under `state`, the unguessable `state` parameter sent
@@ -303,16 +320,20 @@ impl Store {
         self.purge_auth_states().await?;
         let row = state_row(state, &auth.server, &auth.principal);
         let sealed = self.secrets.seal(&row, auth.payload.expose_secret())?;
-        sqlx::query(
-            "INSERT INTO oauth_states (state, server, principal, payload, created_at)
-             VALUES (?, ?, ?, ?, unixepoch())",
-        )
-        .bind(state)
-        .bind(auth.server.as_str())
-        .bind(auth.principal.as_str())
-        .bind(sealed)
-        .execute(&self.pool)
-        .await?;
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            sqlx::query(
+                "INSERT INTO oauth_states (state, server, principal, payload, created_at)
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(state)
+            .bind(auth.server.as_str())
+            .bind(auth.principal.as_str())
+            .bind(sealed)
+            .bind(now)
+            .execute(pool)
+            .await?;
+        });
         Ok(())
     }
 
@@ -320,24 +341,23 @@ impl Store {
     /// it, so two callbacks with one state cannot both succeed. Absent when unknown, already
     /// taken, older than [`AUTH_STATE_TTL`], or undecryptable.
     pub async fn take_auth_state(&self, state: &str) -> Result<Option<AuthState>, StoreError> {
-        let taken = sqlx::query(
-            "DELETE FROM oauth_states WHERE state = ?
-             RETURNING server, principal, payload, unixepoch() - created_at AS age",
-        )
-        .bind(state)
-        .fetch_optional(&self.pool)
-        .await?;
+        let taken: Option<(String, String, Vec<u8>, i64)> = on_pool!(&self.pool, pool => {
+            sqlx::query_as(
+                "DELETE FROM oauth_states WHERE state = $1
+                 RETURNING server, principal, payload, created_at",
+            )
+            .bind(state)
+            .fetch_optional(pool)
+            .await?
+        });
         self.purge_auth_states().await?;
-        let Some(taken) = taken else {
+        let Some((server, principal, sealed, created_at)) = taken else {
             return Ok(None);
         };
-        let age: i64 = taken.try_get("age")?;
+        let age = unix_seconds(SystemTime::now()).saturating_sub(created_at);
         if age > ttl_seconds() {
             return Ok(None);
         }
-        let server: String = taken.try_get("server")?;
-        let principal: String = taken.try_get("principal")?;
-        let sealed: Vec<u8> = taken.try_get("payload")?;
         let row = state_row(state, &server, &principal);
         let payload = self.secrets.open(&row, &sealed)?;
         // The row is gone: nothing left to report again.
@@ -350,10 +370,13 @@ impl Store {
     }
 
     async fn purge_auth_states(&self) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM oauth_states WHERE created_at < unixepoch() - ?")
-            .bind(ttl_seconds())
-            .execute(&self.pool)
-            .await?;
+        let oldest = unix_seconds(SystemTime::now()) - ttl_seconds();
+        on_pool!(&self.pool, pool => {
+            sqlx::query("DELETE FROM oauth_states WHERE created_at < $1")
+                .bind(oldest)
+                .execute(pool)
+                .await?;
+        });
         Ok(())
     }
 }
@@ -442,6 +465,12 @@ mod tests {
         Store::open_with(path, keys).await.expect("open")
     }
 
+    /// A key source with `MCPGW_SECRET_KEY` set to `value`, usable on either backend.
+    fn env_keys(value: &str) -> KeySource {
+        let value = OsString::from(value);
+        KeySource::external(None).with_env(move |_| Some(value.clone()))
+    }
+
     fn credentials(document: &str) -> Credentials {
         Credentials {
             issuer: ISSUER.to_owned(),
@@ -475,9 +504,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn client_registrations_round_trip_without_secrets_in_metadata() {
-        let store = Store::open_in_memory().await.expect("store");
+    crate::testing::backend_tests! {
+    async fn client_registrations_round_trip_without_secrets_in_metadata(db) {
+        let store = db.open().await;
         assert!(
             store
                 .client_registration(ISSUER, REDIRECT)
@@ -557,9 +586,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn client_registrations_are_found_by_client_id() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn client_registrations_are_found_by_client_id(db) {
+        let store = db.open().await;
         let registration = |client_id: &str| ClientRegistration {
             client_id: client_id.to_owned(),
             client_secret: Some(SecretString::from("cs")),
@@ -596,9 +624,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn metadata_that_is_not_a_json_object_is_refused_without_echo() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn metadata_that_is_not_a_json_object_is_refused_without_echo(db) {
+        let store = db.open().await;
         for metadata in ["not json cs-secret", "[1]", "\"cs-secret\""] {
             let error = store
                 .put_client_registration(
@@ -618,9 +645,8 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn credentials_round_trip_and_list_without_secrets() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn credentials_round_trip_and_list_without_secrets(db) {
+        let store = db.open().await;
         store
             .put_credentials(
                 "github",
@@ -723,9 +749,8 @@ mod tests {
         assert_eq!(store.list_credentials().await.expect("list").len(), 1);
     }
 
-    #[tokio::test]
-    async fn auth_states_are_single_use() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn auth_states_are_single_use(db) {
+        let store = db.open().await;
         store
             .put_auth_state("state-1", &state("github", "verifier-1"))
             .await
@@ -764,18 +789,20 @@ mod tests {
             .expect_err("a pending state id is never reused");
     }
 
-    #[tokio::test]
-    async fn expired_auth_states_are_absent_and_purged() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn expired_auth_states_are_absent_and_purged(db) {
+        let store = db.open().await;
         let age = |state: &'static str, seconds: i64| {
             let pool = store.pool.clone();
+            let created_at = unix_seconds(SystemTime::now()) - seconds;
             async move {
-                sqlx::query("UPDATE oauth_states SET created_at = unixepoch() - ? WHERE state = ?")
-                    .bind(seconds)
-                    .bind(state)
-                    .execute(&pool)
-                    .await
-                    .expect("age the state");
+                on_pool!(&pool, pool => {
+                    sqlx::query("UPDATE oauth_states SET created_at = $1 WHERE state = $2")
+                        .bind(created_at)
+                        .bind(state)
+                        .execute(pool)
+                        .await
+                        .expect("age the state");
+                });
             }
         };
         store
@@ -798,10 +825,12 @@ mod tests {
             store.take_auth_state("old").await.expect("take").is_none(),
             "older than ten minutes is absent"
         );
-        let left: Vec<String> = sqlx::query_scalar("SELECT state FROM oauth_states ORDER BY state")
-            .fetch_all(&store.pool)
-            .await
-            .expect("rows");
+        let left: Vec<String> = on_pool!(&store.pool, pool => {
+            sqlx::query_scalar("SELECT state FROM oauth_states ORDER BY state")
+                .fetch_all(pool)
+                .await
+                .expect("rows")
+        });
         assert_eq!(left, vec!["fresh".to_owned()], "expired states are purged");
         assert!(
             store
@@ -812,13 +841,11 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_wrong_key_reads_as_absent_and_keeps_the_row() {
-        let db = db();
+    async fn a_wrong_key_reads_as_absent_and_keeps_the_row(db) {
         let right = b64_key(1);
         let wrong = b64_key(2);
         {
-            let store = open(&db.path, keys(&db.key_file, Some(&right))).await;
+            let store = db.open_with(env_keys(&right)).await;
             store
                 .put_credentials("github", "alice", &credentials("tok"))
                 .await
@@ -841,7 +868,7 @@ mod tests {
                 .expect("put");
         }
         {
-            let store = open(&db.path, keys(&db.key_file, Some(&wrong))).await;
+            let store = db.open_with(env_keys(&wrong)).await;
             assert!(
                 store
                     .credentials("github", "alice")
@@ -870,7 +897,7 @@ mod tests {
                 "status is still shown"
             );
         }
-        let store = open(&db.path, keys(&db.key_file, Some(&right))).await;
+        let store = db.open_with(env_keys(&right)).await;
         let got = store
             .credentials("github", "alice")
             .await
@@ -885,9 +912,8 @@ mod tests {
         assert_eq!(got.payload.expose_secret(), "pkce");
     }
 
-    #[tokio::test]
-    async fn a_sealed_value_moved_to_another_row_reads_as_absent() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn a_sealed_value_moved_to_another_row_reads_as_absent(db) {
+        let store = db.open().await;
         for principal in ["alice", "mallory"] {
             store
                 .put_credentials(
@@ -898,14 +924,13 @@ mod tests {
                 .await
                 .expect("put");
         }
-        sqlx::query(
-            "UPDATE oauth_credentials SET credentials =
-                 (SELECT credentials FROM oauth_credentials WHERE principal = 'alice')
-             WHERE principal = 'mallory'",
-        )
-        .execute(&store.pool)
-        .await
-        .expect("copy");
+        store
+            .exec(
+                "UPDATE oauth_credentials SET credentials =
+                     (SELECT credentials FROM oauth_credentials WHERE principal = 'alice')
+                 WHERE principal = 'mallory'",
+            )
+            .await;
         assert!(
             store
                 .credentials("github", "mallory")
@@ -923,10 +948,9 @@ mod tests {
         );
 
         // Editing a plain column the value is bound to (the issuer) breaks it too.
-        sqlx::query("UPDATE oauth_credentials SET issuer = 'https://evil.example' WHERE principal = 'alice'")
-            .execute(&store.pool)
-            .await
-            .expect("edit");
+        store
+            .exec("UPDATE oauth_credentials SET issuer = 'https://evil.example' WHERE principal = 'alice'")
+            .await;
         assert!(
             store
                 .credentials("github", "alice")
@@ -947,10 +971,9 @@ mod tests {
             )
             .await
             .expect("put");
-        sqlx::query("UPDATE oauth_clients SET client_id = 'other-client'")
-            .execute(&store.pool)
-            .await
-            .expect("edit");
+        store
+            .exec("UPDATE oauth_clients SET client_id = 'other-client'")
+            .await;
         assert!(
             store
                 .client_registration(ISSUER, REDIRECT)
@@ -963,16 +986,14 @@ mod tests {
             .put_auth_state("st", &state("github", "pkce"))
             .await
             .expect("put");
-        sqlx::query("UPDATE oauth_states SET principal = 'mallory'")
-            .execute(&store.pool)
-            .await
-            .expect("edit");
+        store
+            .exec("UPDATE oauth_states SET principal = 'mallory'")
+            .await;
         assert!(store.take_auth_state("st").await.expect("take").is_none());
     }
 
-    #[tokio::test]
-    async fn tampered_and_unknown_version_values_read_as_absent() {
-        let store = Store::open_in_memory().await.expect("store");
+    async fn tampered_and_unknown_version_values_read_as_absent(db) {
+        let store = db.open().await;
         store
             .put_credentials("a", "p", &credentials("tok"))
             .await
@@ -982,19 +1003,33 @@ mod tests {
             .await
             .expect("put");
         // A future format version, and a flipped ciphertext bit.
-        sqlx::query("UPDATE oauth_credentials SET credentials = X'02' || substr(credentials, 2) WHERE server = 'a'")
-            .execute(&store.pool)
-            .await
-            .expect("edit");
-        sqlx::query(
-            "UPDATE oauth_credentials SET credentials =
-                 substr(credentials, 1, 14) || X'00' || substr(credentials, 16) WHERE server = 'b'",
-        )
-        .execute(&store.pool)
-        .await
-        .expect("edit");
+        let edit = |server: &'static str, change: fn(&mut Vec<u8>)| {
+            let pool = store.pool.clone();
+            async move {
+                on_pool!(&pool, pool => {
+                    let mut sealed: Vec<u8> = sqlx::query_scalar(
+                        "SELECT credentials FROM oauth_credentials WHERE server = $1",
+                    )
+                    .bind(server)
+                    .fetch_one(pool)
+                    .await
+                    .expect("read");
+                    change(&mut sealed);
+                    sqlx::query("UPDATE oauth_credentials SET credentials = $1 WHERE server = $2")
+                        .bind(sealed)
+                        .bind(server)
+                        .execute(pool)
+                        .await
+                        .expect("edit");
+                });
+            }
+        };
+        edit("a", |sealed| sealed[0] = 2).await;
+        edit("b", |sealed| sealed[14] ^= 0xff).await;
         assert!(store.credentials("a", "p").await.expect("get").is_none());
         assert!(store.credentials("b", "p").await.expect("get").is_none());
+    }
+
     }
 
     #[cfg(unix)]
@@ -1248,10 +1283,7 @@ mod tests {
         };
         // Before the checkpoint the rows sit in the WAL; after it, in the main file.
         let before = files(dir);
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&store.pool)
-            .await
-            .expect("checkpoint");
+        store.exec("PRAGMA wal_checkpoint(TRUNCATE)").await;
         let after = files(dir);
         for (when, snapshot) in [("before checkpoint", &before), ("after checkpoint", &after)] {
             let all: Vec<u8> = snapshot.iter().flat_map(|(_, b)| b.clone()).collect();
@@ -1290,14 +1322,13 @@ mod tests {
                 .expect("put");
             // Back to the schema as released with only the embedding cache (later migrations
             // dropped too).
-            sqlx::raw_sql(
-                "DROP TABLE oauth_clients; DROP TABLE oauth_credentials; DROP TABLE oauth_states; DROP TABLE clients;
-                 DROP TABLE tool_pins; DROP TABLE tool_pins_generation; DROP TABLE approvals; DROP TABLE audit; DROP TABLE leases;
-                 PRAGMA user_version = 1;",
-            )
-            .execute(&store.pool)
-            .await
-            .expect("downgrade");
+            store
+                .exec(
+                    "DROP TABLE oauth_clients; DROP TABLE oauth_credentials; DROP TABLE oauth_states; DROP TABLE clients;
+                     DROP TABLE tool_pins; DROP TABLE tool_pins_generation; DROP TABLE approvals; DROP TABLE audit; DROP TABLE leases;
+                     PRAGMA user_version = 1;",
+                )
+                .await;
         }
         let store = open(&db.path, keys(&db.key_file, None)).await;
         assert_eq!(

@@ -17,13 +17,11 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
+use crate::backend::{Record, on_pool};
+use crate::time::{from_unix_seconds, unix_seconds};
+use crate::{Store, StoreError};
 use ids::{QualifiedName, ServerName};
 use serde_json::Value;
-use sqlx::Row as _;
-use sqlx::sqlite::SqliteRow;
-
-use crate::time::from_unix_seconds;
-use crate::{Store, StoreError};
 
 /// SHA-256 of a tool definition's canonical form, computed by the caller.
 pub type PinHash = [u8; 32];
@@ -78,83 +76,98 @@ macro_rules! pin_columns {
 impl Store {
     /// The hashes of every pin, by (server, upstream tool name).
     pub async fn pin_states(&self) -> Result<HashMap<(String, String), PinState>, StoreError> {
-        let rows = sqlx::query("SELECT server, tool, trusted_hash, pending_hash FROM tool_pins")
-            .fetch_all(&self.pool)
-            .await?;
-        let mut states = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let server: String = row.try_get("server")?;
-            let tool: String = row.try_get("tool")?;
-            let state = PinState {
-                trusted: trusted_hash(&row, &server, &tool)?,
-                pending: pending_hash(&row, &server, &tool)?,
-            };
-            states.insert((server, tool), state);
-        }
-        Ok(states)
+        on_pool!(&self.pool, pool => {
+            let rows =
+                sqlx::query("SELECT server, tool, trusted_hash, pending_hash FROM tool_pins")
+                    .fetch_all(pool)
+                    .await?;
+            let mut states = HashMap::with_capacity(rows.len());
+            for row in rows {
+                let server = row.text("server")?;
+                let tool = row.text("tool")?;
+                let state = PinState {
+                    trusted: trusted_hash(&row, &server, &tool)?,
+                    pending: pending_hash(&row, &server, &tool)?,
+                };
+                states.insert((server, tool), state);
+            }
+            Ok(states)
+        })
     }
 
     /// Since when each pinned tool's definition is trusted (first use, or its last approval),
     /// by (server, upstream tool name): what the admin API shows beside a tool.
     pub async fn trusted_since(&self) -> Result<HashMap<(String, String), SystemTime>, StoreError> {
-        let rows = sqlx::query("SELECT server, tool, trusted_at FROM tool_pins")
-            .fetch_all(&self.pool)
-            .await?;
-        let mut since = HashMap::with_capacity(rows.len());
-        for row in rows {
-            let key = (row.try_get("server")?, row.try_get("tool")?);
-            since.insert(key, from_unix_seconds(row.try_get("trusted_at")?));
-        }
-        Ok(since)
+        on_pool!(&self.pool, pool => {
+            let rows = sqlx::query("SELECT server, tool, trusted_at FROM tool_pins")
+                .fetch_all(pool)
+                .await?;
+            let mut since = HashMap::with_capacity(rows.len());
+            for row in rows {
+                let key = (row.text("server")?, row.text("tool")?);
+                since.insert(key, from_unix_seconds(row.int("trusted_at")?));
+            }
+            Ok(since)
+        })
     }
 
     /// Trusts each definition on first use: records it unless its tool is pinned already
     /// (by another process since the caller looked). `true` for each one recorded.
     pub async fn pin_first_use(&self, seen: &[SeenTool<'_>]) -> Result<Vec<bool>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let mut recorded = Vec::with_capacity(seen.len());
-        for tool in seen {
-            let done = sqlx::query(
-                "INSERT INTO tool_pins (server, tool, qualified, trusted_hash, trusted_definition)
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (server, tool) DO NOTHING",
-            )
-            .bind(tool.server)
-            .bind(tool.tool)
-            .bind(tool.qualified)
-            .bind(&tool.hash[..])
-            .bind(tool.definition.to_string())
-            .execute(&mut *tx)
-            .await?;
-            recorded.push(done.rows_affected() > 0);
-        }
-        tx.commit().await?;
-        Ok(recorded)
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            let mut recorded = Vec::with_capacity(seen.len());
+            for tool in seen {
+                let done = sqlx::query(
+                    "INSERT INTO tool_pins
+                         (server, tool, qualified, trusted_hash, trusted_definition, trusted_at)
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (server, tool) DO NOTHING",
+                )
+                .bind(tool.server)
+                .bind(tool.tool)
+                .bind(tool.qualified)
+                .bind(&tool.hash[..])
+                .bind(tool.definition.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                recorded.push(done.rows_affected() > 0);
+            }
+            tx.commit().await?;
+            Ok(recorded)
+        })
     }
 
     /// Trusts each definition as it is (a server whose changes are trusted): it replaces the
     /// trusted one, and a held change is dropped.
     pub async fn trust_pins(&self, seen: &[SeenTool<'_>]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        for tool in seen {
-            sqlx::query(
-                "INSERT INTO tool_pins (server, tool, qualified, trusted_hash, trusted_definition)
-                 VALUES (?, ?, ?, ?, ?)
-                 ON CONFLICT (server, tool) DO UPDATE SET
-                     qualified = excluded.qualified,
-                     trusted_hash = excluded.trusted_hash,
-                     trusted_definition = excluded.trusted_definition,
-                     trusted_at = unixepoch(),
-                     pending_hash = NULL, pending_definition = NULL, pending_since = NULL",
-            )
-            .bind(tool.server)
-            .bind(tool.tool)
-            .bind(tool.qualified)
-            .bind(&tool.hash[..])
-            .bind(tool.definition.to_string())
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            for tool in seen {
+                sqlx::query(
+                    "INSERT INTO tool_pins
+                         (server, tool, qualified, trusted_hash, trusted_definition, trusted_at)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (server, tool) DO UPDATE SET
+                         qualified = excluded.qualified,
+                         trusted_hash = excluded.trusted_hash,
+                         trusted_definition = excluded.trusted_definition,
+                         trusted_at = excluded.trusted_at,
+                         pending_hash = NULL, pending_definition = NULL, pending_since = NULL",
+                )
+                .bind(tool.server)
+                .bind(tool.tool)
+                .bind(tool.qualified)
+                .bind(&tool.hash[..])
+                .bind(tool.definition.to_string())
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 
@@ -162,70 +175,80 @@ impl Store {
     /// keeps it (and the time it was first seen); another change replaces it. `true` for each
     /// change newly recorded; `false` also for a tool that is not pinned.
     pub async fn hold_pins(&self, seen: &[SeenTool<'_>]) -> Result<Vec<bool>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let mut recorded = Vec::with_capacity(seen.len());
-        for tool in seen {
-            let done = sqlx::query(
-                "UPDATE tool_pins
-                 SET pending_hash = ?1, pending_definition = ?2, pending_since = unixepoch(),
-                     qualified = ?3
-                 WHERE server = ?4 AND tool = ?5
-                   AND (pending_hash IS NULL OR pending_hash != ?1)",
-            )
-            .bind(&tool.hash[..])
-            .bind(tool.definition.to_string())
-            .bind(tool.qualified)
-            .bind(tool.server)
-            .bind(tool.tool)
-            .execute(&mut *tx)
-            .await?;
-            recorded.push(done.rows_affected() > 0);
-        }
-        tx.commit().await?;
-        Ok(recorded)
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            let mut recorded = Vec::with_capacity(seen.len());
+            for tool in seen {
+                let done = sqlx::query(
+                    "UPDATE tool_pins
+                     SET pending_hash = $1, pending_definition = $2, pending_since = $6,
+                         qualified = $3
+                     WHERE server = $4 AND tool = $5
+                       AND (pending_hash IS NULL OR pending_hash != $1)",
+                )
+                .bind(&tool.hash[..])
+                .bind(tool.definition.to_string())
+                .bind(tool.qualified)
+                .bind(tool.server)
+                .bind(tool.tool)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                recorded.push(done.rows_affected() > 0);
+            }
+            tx.commit().await?;
+            Ok(recorded)
+        })
     }
 
     /// Drops the held change of each (server, tool): its server went back to the trusted
     /// definition.
     pub async fn drop_pending_pins(&self, tools: &[(&str, &str)]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        for (server, tool) in tools {
-            sqlx::query(
-                "UPDATE tool_pins
-                 SET pending_hash = NULL, pending_definition = NULL, pending_since = NULL
-                 WHERE server = ? AND tool = ? AND pending_hash IS NOT NULL",
-            )
-            .bind(server)
-            .bind(tool)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            for (server, tool) in tools {
+                sqlx::query(
+                    "UPDATE tool_pins
+                     SET pending_hash = NULL, pending_definition = NULL, pending_since = NULL
+                     WHERE server = $1 AND tool = $2 AND pending_hash IS NOT NULL",
+                )
+                .bind(server)
+                .bind(tool)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
         Ok(())
     }
 
     /// The pin of one tool, with its definitions.
     pub async fn tool_pin(&self, server: &str, tool: &str) -> Result<Option<ToolPin>, StoreError> {
-        let row = sqlx::query(concat!(
-            pin_columns!(),
-            " FROM tool_pins WHERE server = ? AND tool = ?"
-        ))
-        .bind(server)
-        .bind(tool)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(tool_pin).transpose()
+        on_pool!(&self.pool, pool => {
+            let row = sqlx::query(concat!(
+                pin_columns!(),
+                " FROM tool_pins WHERE server = $1 AND tool = $2"
+            ))
+            .bind(server)
+            .bind(tool)
+            .fetch_optional(pool)
+            .await?;
+            row.as_ref().map(tool_pin).transpose()
+        })
     }
 
     /// Every pin holding a change, by qualified name.
     pub async fn held_pins(&self) -> Result<Vec<ToolPin>, StoreError> {
-        let rows = sqlx::query(concat!(
-            pin_columns!(),
-            " FROM tool_pins WHERE pending_hash IS NOT NULL ORDER BY qualified, server, tool"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(tool_pin).collect()
+        on_pool!(&self.pool, pool => {
+            let rows = sqlx::query(concat!(
+                pin_columns!(),
+                " FROM tool_pins WHERE pending_hash IS NOT NULL ORDER BY qualified, server, tool"
+            ))
+            .fetch_all(pool)
+            .await?;
+            rows.iter().map(tool_pin).collect()
+        })
     }
 
     /// Approves the held change of (server, tool): its definition becomes the trusted one, and
@@ -237,66 +260,69 @@ impl Store {
         tool: &str,
         expected: Option<&PinHash>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let done = sqlx::query(
-            "UPDATE tool_pins
-             SET trusted_hash = pending_hash, trusted_definition = pending_definition,
-                 trusted_at = unixepoch(),
-                 pending_hash = NULL, pending_definition = NULL, pending_since = NULL
-             WHERE server = ?1 AND tool = ?2 AND pending_hash IS NOT NULL
-               AND (?3 IS NULL OR pending_hash = ?3)",
-        )
-        .bind(server)
-        .bind(tool)
-        .bind(expected.map(|hash| &hash[..]))
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        sqlx::query("UPDATE tool_pins_generation SET generation = generation + 1 WHERE id = 1")
+        let now = unix_seconds(SystemTime::now());
+        on_pool!(&self.pool, pool => {
+            let mut tx = pool.begin().await?;
+            let done = sqlx::query(
+                "UPDATE tool_pins
+                 SET trusted_hash = pending_hash, trusted_definition = pending_definition,
+                     trusted_at = $4,
+                     pending_hash = NULL, pending_definition = NULL, pending_since = NULL
+                 WHERE server = $1 AND tool = $2 AND pending_hash IS NOT NULL
+                   AND ($3 IS NULL OR pending_hash = $3)",
+            )
+            .bind(server)
+            .bind(tool)
+            .bind(expected.map(|hash| &hash[..]))
+            .bind(now)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        Ok(true)
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            sqlx::query(
+                "UPDATE tool_pins_generation SET generation = generation + 1 WHERE id = 1",
+            )
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     /// A number that changes with every approval, in any process using this database.
     pub async fn pins_generation(&self) -> Result<i64, StoreError> {
-        let generation: Option<i64> =
+        let generation: Option<i64> = on_pool!(&self.pool, pool => {
             sqlx::query_scalar("SELECT generation FROM tool_pins_generation WHERE id = 1")
-                .fetch_optional(&self.pool)
-                .await?;
+                .fetch_optional(pool)
+                .await?
+        });
         Ok(generation.unwrap_or_default())
     }
 }
 
-fn tool_pin(row: &SqliteRow) -> Result<ToolPin, StoreError> {
-    let server: String = row.try_get("server")?;
-    let tool: String = row.try_get("tool")?;
+fn tool_pin(row: &impl Record) -> Result<ToolPin, StoreError> {
+    let server = row.text("server")?;
+    let tool = row.text("tool")?;
     let trusted = TrustedDefinition {
         hash: trusted_hash(row, &server, &tool)?,
-        definition: definition(row.try_get("trusted_definition")?, &server, &tool),
-        since: from_unix_seconds(row.try_get("trusted_at")?),
+        definition: definition(row.text("trusted_definition")?, &server, &tool),
+        since: from_unix_seconds(row.int("trusted_at")?),
     };
     let pending = match pending_hash(row, &server, &tool)? {
         Some(hash) => Some(TrustedDefinition {
             hash,
             definition: definition(
-                row.try_get::<Option<String>, _>("pending_definition")?
-                    .unwrap_or_default(),
+                row.text_opt("pending_definition")?.unwrap_or_default(),
                 &server,
                 &tool,
             ),
-            since: from_unix_seconds(
-                row.try_get::<Option<i64>, _>("pending_since")?
-                    .unwrap_or_default(),
-            ),
+            since: from_unix_seconds(row.int_opt("pending_since")?.unwrap_or_default()),
         }),
         None => None,
     };
     Ok(ToolPin {
-        qualified: row.try_get::<String, _>("qualified")?.into(),
+        qualified: row.text("qualified")?.into(),
         server: server.into(),
         tool,
         trusted,
@@ -304,8 +330,8 @@ fn tool_pin(row: &SqliteRow) -> Result<ToolPin, StoreError> {
     })
 }
 
-fn trusted_hash(row: &SqliteRow, server: &str, tool: &str) -> Result<PinHash, StoreError> {
-    let bytes: Vec<u8> = row.try_get("trusted_hash")?;
+fn trusted_hash(row: &impl Record, server: &str, tool: &str) -> Result<PinHash, StoreError> {
+    let bytes = row.bytes("trusted_hash")?;
     Ok(PinHash::try_from(bytes.as_slice()).unwrap_or_else(|_| {
         tracing::warn!(
             server,
@@ -316,8 +342,12 @@ fn trusted_hash(row: &SqliteRow, server: &str, tool: &str) -> Result<PinHash, St
     }))
 }
 
-fn pending_hash(row: &SqliteRow, server: &str, tool: &str) -> Result<Option<PinHash>, StoreError> {
-    let bytes: Option<Vec<u8>> = row.try_get("pending_hash")?;
+fn pending_hash(
+    row: &impl Record,
+    server: &str,
+    tool: &str,
+) -> Result<Option<PinHash>, StoreError> {
+    let bytes = row.bytes_opt("pending_hash")?;
     Ok(bytes.and_then(|bytes| {
         let hash = PinHash::try_from(bytes.as_slice()).ok();
         if hash.is_none() {
@@ -343,10 +373,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    async fn store() -> Store {
-        Store::open_in_memory().await.expect("open")
-    }
 
     fn seen<'a>(tool: &'a str, hash: u8, definition: &'a Value) -> SeenTool<'a> {
         SeenTool {
@@ -374,9 +400,9 @@ mod tests {
             .copied()
     }
 
-    #[tokio::test]
-    async fn first_use_records_once_and_keeps_the_first_definition() {
-        let store = store().await;
+    crate::testing::backend_tests! {
+    async fn first_use_records_once_and_keeps_the_first_definition(db) {
+        let store = db.open().await;
         let (v1, v2) = (json!({"description": "one"}), json!({"description": "two"}));
         let recorded = store
             .pin_first_use(&[seen("echo", 1, &v1)])
@@ -406,9 +432,8 @@ mod tests {
         assert_eq!(since.len(), 1);
     }
 
-    #[tokio::test]
-    async fn a_held_change_is_kept_until_approved_and_approval_moves_the_generation() {
-        let store = store().await;
+    async fn a_held_change_is_kept_until_approved_and_approval_moves_the_generation(db) {
+        let store = db.open().await;
         let (v1, v2, v3) = (json!({"d": 1}), json!({"d": 2}), json!({"d": 3}));
         store
             .pin_first_use(&[seen("echo", 1, &v1)])
@@ -492,9 +517,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn trusting_a_change_replaces_the_definition_and_drops_a_held_one() {
-        let store = store().await;
+    async fn trusting_a_change_replaces_the_definition_and_drops_a_held_one(db) {
+        let store = db.open().await;
         let (v1, v2, v3) = (json!({"d": 1}), json!({"d": 2}), json!({"d": 3}));
         store
             .pin_first_use(&[seen("echo", 1, &v1)])
@@ -512,12 +536,9 @@ mod tests {
         assert_eq!(state_of(&store, "new").await, Some(state(4, None)));
     }
 
-    #[tokio::test]
-    async fn pins_survive_a_reopen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("mcpgw.db");
+    async fn pins_survive_a_reopen(db) {
         let v1 = json!({"description": "one"});
-        let store = Store::open(&path).await.expect("open");
+        let store = db.open().await;
         store
             .pin_first_use(&[seen("echo", 1, &v1)])
             .await
@@ -527,23 +548,27 @@ mod tests {
             .await
             .expect("hold");
         store.close().await;
-        let store = Store::open(&path).await.expect("reopen");
+        let store = db.open().await;
         assert_eq!(state_of(&store, "echo").await, Some(state(1, Some(2))));
         assert_eq!(store.pins_generation().await.expect("generation"), 0);
     }
 
-    #[tokio::test]
-    async fn an_unreadable_trusted_hash_matches_nothing() {
-        let store = store().await;
+    async fn an_unreadable_trusted_hash_matches_nothing(db) {
+        let store = db.open().await;
         let v1 = json!({"d": 1});
         store
             .pin_first_use(&[seen("echo", 1, &v1)])
             .await
             .expect("pin");
-        sqlx::query("UPDATE tool_pins SET trusted_hash = x'0102', pending_hash = x'03'")
-            .execute(&store.pool)
-            .await
-            .expect("corrupt");
+        on_pool!(&store.pool, pool => {
+            sqlx::query("UPDATE tool_pins SET trusted_hash = $1, pending_hash = $2")
+                .bind(&[1u8, 2][..])
+                .bind(&[3u8][..])
+                .execute(pool)
+                .await
+                .expect("corrupt");
+        });
         assert_eq!(state_of(&store, "echo").await, Some(state(0, None)));
+    }
     }
 }

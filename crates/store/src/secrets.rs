@@ -12,7 +12,9 @@
 //! The key is loaded on the first secret use, not on open: a gateway that never meets OAuth
 //! never creates a key file, and the embedding cache works without any key. Sources, in order:
 //! `$MCPGW_SECRET_KEY` (base64 of 32 bytes), else a key file (`secret.key` beside the database
-//! by default) created on first use. A key file that group or others can access is refused
+//! by default) created on first use. A PostgreSQL store, shared by replicas, takes its key only
+//! from outside ([`KeySource::external`]): the variable or a key file that already exists, never
+//! one made up beside a database that has no "beside". A key file that group or others can access is refused
 //! rather than warned about, as `ssh` refuses such a private key: a warning in a log nobody
 //! reads would leave every stored token readable by any local user.
 
@@ -55,6 +57,36 @@ impl KeySource {
         })
     }
 
+    /// A key from outside the database's own storage, as a shared database (PostgreSQL) needs:
+    /// `$MCPGW_SECRET_KEY` when set, else `key_file`, which must exist (it is never created: a
+    /// key made up by one replica would seal values no other replica can open). With neither,
+    /// [`KeySource::check_external`] refuses.
+    pub fn external(key_file: Option<PathBuf>) -> KeySource {
+        KeySource(Origin::External {
+            env: Arc::new(|name: &str| std::env::var_os(name)),
+            key_file,
+        })
+    }
+
+    /// Whether this source can give a key without creating one beside the database: the
+    /// variable is set, or the key file exists. What opening a PostgreSQL store requires.
+    pub fn check_external(&self) -> Result<(), StoreError> {
+        match &self.0 {
+            Origin::Ephemeral => Ok(()),
+            Origin::EnvOrFile { .. } => Err(StoreError::NoExternalKey),
+            Origin::External { env, key_file } => {
+                if env(SECRET_KEY_VAR).is_some() {
+                    return Ok(());
+                }
+                match key_file {
+                    None => Err(StoreError::NoExternalKey),
+                    Some(path) if path.exists() => Ok(()),
+                    Some(path) => Err(StoreError::MissingKeyFile { path: path.clone() }),
+                }
+            }
+        }
+    }
+
     /// The default for a database file: `$MCPGW_SECRET_KEY`, else `secret.key` in the
     /// database's directory.
     pub fn beside(database: &Path) -> KeySource {
@@ -79,6 +111,10 @@ impl KeySource {
                 env: Arc::new(lookup),
                 key_file,
             }),
+            Origin::External { key_file, .. } => KeySource(Origin::External {
+                env: Arc::new(lookup),
+                key_file,
+            }),
             Origin::Ephemeral => KeySource(Origin::Ephemeral),
         }
     }
@@ -87,6 +123,7 @@ impl KeySource {
     pub fn key_file(&self) -> Option<&Path> {
         match &self.0 {
             Origin::EnvOrFile { key_file, .. } => Some(key_file),
+            Origin::External { key_file, .. } => key_file.as_deref(),
             Origin::Ephemeral => None,
         }
     }
@@ -94,17 +131,23 @@ impl KeySource {
     fn load(&self) -> Result<SecretKey, StoreError> {
         match &self.0 {
             Origin::Ephemeral => SecretKey::generate(),
-            Origin::EnvOrFile { env, key_file } => match env(SECRET_KEY_VAR) {
-                Some(value) => {
-                    let malformed = || StoreError::MalformedKeyVar {
-                        var: SECRET_KEY_VAR,
-                    };
-                    // `into_string` moves the bytes, so the zeroized copy is the only one we
-                    // made (the process environment keeps its own).
-                    let value = Zeroizing::new(value.into_string().map_err(|_| malformed())?);
-                    SecretKey::from_base64(value.as_bytes()).ok_or_else(malformed)
-                }
+            Origin::EnvOrFile { env, key_file, .. } => match env(SECRET_KEY_VAR) {
+                Some(value) => key_from_var(value),
                 None => load_or_create_key_file(key_file),
+            },
+            Origin::External { env, key_file } => match (env(SECRET_KEY_VAR), key_file) {
+                (Some(value), _) => key_from_var(value),
+                (None, Some(path)) => match File::open(path) {
+                    Ok(file) => read_key_file(path, file),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                        Err(StoreError::MissingKeyFile { path: path.clone() })
+                    }
+                    Err(source) => Err(StoreError::KeyFile {
+                        path: path.clone(),
+                        source,
+                    }),
+                },
+                (None, None) => Err(StoreError::NoExternalKey),
             },
         }
     }
@@ -118,6 +161,11 @@ impl fmt::Debug for KeySource {
                 .field("var", &SECRET_KEY_VAR)
                 .field("key_file", key_file)
                 .finish(),
+            Origin::External { key_file, .. } => f
+                .debug_struct("KeySource::External")
+                .field("var", &SECRET_KEY_VAR)
+                .field("key_file", key_file)
+                .finish(),
             Origin::Ephemeral => f.write_str("KeySource::Ephemeral"),
         }
     }
@@ -125,8 +173,27 @@ impl fmt::Debug for KeySource {
 
 #[derive(Clone)]
 enum Origin {
-    EnvOrFile { env: EnvLookup, key_file: PathBuf },
+    /// The variable, else the key file, created on first use.
+    EnvOrFile {
+        env: EnvLookup,
+        key_file: PathBuf,
+    },
+    /// The variable, else an existing key file; never created.
+    External {
+        env: EnvLookup,
+        key_file: Option<PathBuf>,
+    },
     Ephemeral,
+}
+
+fn key_from_var(value: OsString) -> Result<SecretKey, StoreError> {
+    let malformed = || StoreError::MalformedKeyVar {
+        var: SECRET_KEY_VAR,
+    };
+    // `into_string` moves the bytes, so the zeroized copy is the only one we made (the process
+    // environment keeps its own).
+    let value = Zeroizing::new(value.into_string().map_err(|_| malformed())?);
+    SecretKey::from_base64(value.as_bytes()).ok_or_else(malformed)
 }
 
 type EnvLookup = Arc<dyn Fn(&str) -> Option<OsString> + Send + Sync>;

@@ -15,6 +15,7 @@ mod clients;
 mod config_check;
 mod connections;
 mod console;
+mod database;
 mod direct;
 mod drain;
 mod eval_set;
