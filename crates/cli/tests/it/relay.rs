@@ -322,6 +322,8 @@ fn a_call_timing_out_at_the_gateway_is_cancelled_upstream() {
         "{PASSTHROUGH}{}",
         relay_server("relay", traces.path(), "timeout_s = 4\n")
     )));
+    // A slow start under load can leave the server reconnecting after the gateway settles.
+    wait_for_tool(&gateway, "relay__slow");
     let report = client(
         &gateway,
         &[],
@@ -398,8 +400,11 @@ fn raw_call(gateway: &Gateway, name: &str, arguments: Value) -> String {
     text
 }
 
+/// The upstream's `list_changed` reaches the search index: the server's periodic refresh is an
+/// hour away, so only the notification can make the tool findable within the bound. (The bound
+/// is generous for a loaded CI machine; the refresh itself takes milliseconds.)
 #[test]
-fn search_finds_a_new_upstream_tool_within_a_second() {
+fn search_finds_a_new_upstream_tool_once_its_server_says_the_list_changed() {
     let traces = tempfile::tempdir().expect("tempdir");
     let gateway = Gateway::start(write_config(&relay_server("relay", traces.path(), "")));
     let search = |gateway: &Gateway| {
@@ -418,7 +423,7 @@ fn search_finds_a_new_upstream_tool_within_a_second() {
     assert!(added.contains("added zeppelin"), "{added}");
     wait_until(
         "search to find the new tool",
-        Duration::from_secs(1),
+        Duration::from_secs(10),
         || search(&gateway).contains("relay__zeppelin"),
     );
 }
