@@ -4,7 +4,7 @@ and Debian's chromedriver, as a person would, and reports what each page showed.
     .peers/venv/bin/python tests/clients/console_browser.py BASE_URL TOKEN OUT_DIR \
         [--search QUERY] [--approve TOOL] [--add-server NAME COMMAND] [--test-server NAME] \
         [--oauth-sign-in SERVER [--expect-tool TOOL]] [--oauth-sign-out SERVER] \
-        [--add-client NAME] [--remove-client NAME]
+        [--add-client NAME] [--remove-client NAME] [--trust-held TOOL]
 
 Opens BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), then every page: servers,
 tools, search (with QUERY), audit; with --add-server it fills in the servers page's "Add a
@@ -18,7 +18,9 @@ sign-ins there, and with --expect-tool waits (up to 30 s) for TOOL on the tools 
 --oauth-sign-out it presses Sign out on SERVER's row and reads the note. With --add-client it
 fills in the clients page's form, reads the key shown once (the screenshot of that page has the
 key blanked out), then opens the page again and says whether the key is still anywhere in it;
-with --remove-client it presses NAME's Remove button and reads the note. A screenshot of each page goes to
+with --remove-client it presses NAME's Remove button and reads the note. With --trust-held it
+reads TOOL's held definition on the approvals page (the fields that changed and the diff), then
+presses its "Trust the new definition" button and reads the note. A screenshot of each page goes to
 OUT_DIR/<page>.png. Prints one JSON object: the landing URL, the session cookie's flags, and
 per page its title and what it listed. Exit 0 when the tour ran (the test judges the report),
 1 when the browser failed.
@@ -98,6 +100,8 @@ def tour(driver, args) -> dict:
         }
     if args.approve:
         report["approval"] = approve(driver, args, out)
+    if args.trust_held:
+        report["held"] = trust_held(driver, args, out)
     audit = visit(driver, out, args.base, "/ui/audit", "audit")
     audit["rows"] = texts(driver, "table tr")[1:]
     report["audit"] = audit
@@ -270,6 +274,25 @@ def approve(driver, args, out: Path) -> dict:
     return {"found": False, "note": ""}
 
 
+def trust_held(driver, args, out: Path) -> dict:
+    driver.get(args.base + "/ui/approvals")
+    forms = [f for f in driver.find_elements(By.CSS_SELECTOR, "form.held") if args.trust_held in f.text]
+    driver.save_screenshot(str(out / "held.png"))
+    if not forms:
+        return {"found": False}
+    held = {
+        "found": True,
+        "summary": forms[0].find_element(By.CSS_SELECTOR, "p").text,
+        "diff": forms[0].find_element(By.CSS_SELECTOR, "pre.diff").text,
+    }
+    forms[0].find_element(By.CSS_SELECTOR, "button").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.note"))
+    driver.save_screenshot(str(out / "held-trusted.png"))
+    held["note"] = " ".join(texts(driver, "p.note"))
+    held["still_held"] = any(args.trust_held in f.text for f in driver.find_elements(By.CSS_SELECTOR, "form.held"))
+    return held
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("base")
@@ -284,6 +307,7 @@ def main() -> int:
     parser.add_argument("--oauth-sign-out", metavar="SERVER")
     parser.add_argument("--add-client", metavar="NAME")
     parser.add_argument("--remove-client", metavar="NAME")
+    parser.add_argument("--trust-held", metavar="TOOL")
     args = parser.parse_args()
     try:
         driver = browser()

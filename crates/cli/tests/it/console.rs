@@ -27,7 +27,12 @@ use std::{
 
 use serde_json::{Value, json};
 
-use crate::{approvals::filesystem_server, harness::*, oauth_fixture::OAuthServer};
+use crate::{
+    approvals::filesystem_server,
+    harness::*,
+    oauth_fixture::OAuthServer,
+    pinning::{CHANGED, TRUSTED, served_tools, trusted_then_changed},
+};
 
 fn artifacts() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -764,4 +769,54 @@ fn console_sign_in_and_client_forms_need_the_session_and_its_csrf_token() {
     );
     assert!(page.contains("Removed client ci"), "{page}");
     assert!(!gateway.log_text().contains(&key), "never logged");
+}
+
+/// A tool whose definition changed since it was trusted is shown held on the approvals page with
+/// what changed and the diff, and trusting it from there puts it back in the catalog with its new
+/// description, for the clients of the running gateway.
+#[test]
+fn in_chromium_a_held_definition_is_shown_with_its_diff_and_trusted() {
+    let gateway = Gateway::start(trusted_then_changed("", ""));
+    assert_eq!(served_tools(&gateway), Some(1), "only add is served");
+    let token = admin_token(&gateway);
+    let out = artifacts().join("held");
+    let report = browse(&gateway, &token, &out, &["--trust-held", "pinned__echo"]);
+    let held = &report["held"];
+    assert_eq!(held["found"], true, "{report}");
+    assert!(
+        held["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("pinned__echo") && s.contains("description")),
+        "the changed field is named: {held}"
+    );
+    let diff = held["diff"].as_str().unwrap_or_default();
+    assert!(
+        diff.lines()
+            .any(|line| line.starts_with('-') && line.contains(TRUSTED))
+            && diff
+                .lines()
+                .any(|line| line.starts_with('+') && line.contains(CHANGED)),
+        "the diff from the trusted to the new description: {diff}"
+    );
+    assert!(
+        held["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("trusted again")),
+        "{held}"
+    );
+    assert_eq!(held["still_held"], false, "{held}");
+    for page in ["held", "held-trusted"] {
+        assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+    // The running gateway serves the new definition at once.
+    assert_eq!(served_tools(&gateway), Some(2));
+    let details = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        json!([{"op": "call_tool", "name": "get_tool_details", "arguments": {"name": "pinned__echo"}}]),
+    );
+    assert_eq!(
+        details["steps"][0]["structuredContent"]["description"], CHANGED,
+        "{details}"
+    );
 }

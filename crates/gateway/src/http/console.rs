@@ -378,10 +378,13 @@ async fn approvals_body(console: &Console, session: &Session, note: Option<&str>
         body.push_str("<p>No tool is held: every definition is the trusted one.</p>");
     }
     for tool in held.iter() {
+        // The diff is upstream text nobody has vetted: escaped like everything else shown.
         let _ = write!(
             body,
-            "<form method=\"post\" action=\"/ui/held/approve\" class=\"held\"><span class=\"name\">{}</span> changed its definition. <input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"name\" value=\"{}\"><button>Trust the new definition</button></form>",
+            "<form method=\"post\" action=\"/ui/held/approve\" class=\"held\"><p><span class=\"name\">{}</span> changed its definition ({}).</p><pre class=\"diff\">{}</pre><input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"name\" value=\"{}\"><button>Trust the new definition</button></form>",
             esc(&tool.qualified),
+            esc(&tool.changed_fields().join(", ")),
+            esc(&tool.diff()),
             esc(&session.csrf),
             esc(&tool.qualified),
         );
