@@ -294,9 +294,7 @@ pub(crate) async fn add_client(
             added.insert("key".into(), key.expose_secret().into());
             (StatusCode::CREATED, Json(Value::Object(added))).into_response()
         }
-        Err(error @ store::StoreError::InvalidClientName { .. }) => {
-            bad_request(&error.to_string())
-        }
+        Err(error @ store::StoreError::InvalidClientName { .. }) => bad_request(&error.to_string()),
         Err(error @ store::StoreError::ClientExists { .. }) => {
             super::errors::plain(StatusCode::CONFLICT, &error.to_string())
         }
