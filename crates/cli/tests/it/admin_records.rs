@@ -1,6 +1,8 @@
 //! The admin API's records (`/admin/v1/audit`, `/approvals`, `/clients`, `/connections`) on a
 //! real keyed `mcpgw serve` after real calls of the Python SDK client: the audit log filtered
-//! and paged, the client keys with their profiles (never a key), and who may ask.
+//! and paged, the client keys with their profiles (never a key), and who may ask; a client key
+//! added and removed through `/admin/v1/clients`, the profiles, and an OAuth sign-in started
+//! through `/admin/v1/connections/{server}/signin` against the test authorization server.
 
 use std::time::Duration;
 

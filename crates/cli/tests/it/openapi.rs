@@ -373,6 +373,15 @@ fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
         .collect();
     errors.sort_unstable();
     assert_eq!(errors, [false, true], "{reports:?}");
+    // A decided approval is not decided again; an unknown id is not found.
+    for (asked, expected) in [
+        (format!("/admin/v1/approvals/{approve}/reject"), 409),
+        ("/admin/v1/approvals/nothing/approve".to_owned(), 404),
+    ] {
+        let (status, answer) = ask(&gateway, "POST", &asked, Some(&json!({})), &admin);
+        assert_eq!(status, expected, "{asked}: {answer}");
+        assert!(answer["error"].is_string(), "{answer}");
+    }
 
     // No method a documented path leaves out is routed: 405 (not 404, and not served).
     let documented = operations(&document);
