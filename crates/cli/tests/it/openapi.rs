@@ -373,6 +373,13 @@ fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
         .collect();
     errors.sort_unstable();
     assert_eq!(errors, [false, true], "{reports:?}");
+    assert!(
+        reports
+            .iter()
+            .any(|report| report["steps"][0]["isError"] == false
+                && result_text(&report["steps"][0]).contains("Europe/Paris")),
+        "the approved call ran with the approver's arguments: {reports:?}"
+    );
     // A decided approval is not decided again; an unknown id is not found.
     for (asked, expected) in [
         (format!("/admin/v1/approvals/{approve}/reject"), 409),
