@@ -4,7 +4,7 @@
 //! JSON Schema 2020-12, as OpenAPI 3.1 says); every method a documented path does not document
 //! is refused with 405; and the route is guarded like its siblings.
 
-use std::{collections::BTreeSet, process::Command};
+use std::{collections::BTreeSet, process::Command, thread, time::Duration};
 
 use serde_json::{Value, json};
 
@@ -73,10 +73,38 @@ fn operations(document: &Value) -> BTreeSet<(String, String)> {
     operations
 }
 
+/// The gateway of the main test: `time`, whose `get_current_time` needs approval, and a
+/// profile.
+fn config() -> ConfigDir {
+    write_config(&format!(
+        "{}\n[[approval.rules]]\ntools = [\"time__get_current_time\"]\naction = \"require\"\n\n[[profiles]]\nname = \"viewer\"\nallow = [\"time__convert_*\"]\n",
+        time_stdio_server("time")
+    ))
+}
+
+/// A call to `time__get_current_time` that waits for a person (the client has no
+/// elicitation): the thread that made it ends with its report once it is decided.
+fn waiting_call(gateway: &Gateway) -> thread::JoinHandle<Value> {
+    let url = gateway.url();
+    thread::spawn(move || {
+        py_client(
+            &["--url", &url],
+            "legacy",
+            json!([{"op": "call_tool", "name": "call_tool", "arguments": {
+                "name": "time__get_current_time", "arguments": {"timezone": "UTC"}}}]),
+        )
+    })
+}
+
 /// One request per documented operation, in an order where each can succeed: the document's
 /// path, the path asked, the body sent, and the status the request should get. A server
-/// `clock` is added, read, changed, disabled, enabled, tested and removed; `time` stays.
-fn probes(time_server: &str) -> Vec<(&'static str, &'static str, String, Option<Value>, u16)> {
+/// `clock` is added, read, changed, disabled, enabled, tested and removed; `time` stays. The
+/// pending approvals `approve` and `reject` are decided; a client `probe` is added and removed.
+fn probes(
+    time_server: &str,
+    approve: &str,
+    reject: &str,
+) -> Vec<(&'static str, &'static str, String, Option<Value>, u16)> {
     let clock = json!({"name": "clock", "transport": {"type": "stdio", "command": time_server}});
     vec![
         (
@@ -158,6 +186,22 @@ fn probes(time_server: &str) -> Vec<(&'static str, &'static str, String, Option<
         ),
         (
             "GET",
+            "/admin/v1/tools/held",
+            "/admin/v1/tools/held".into(),
+            None,
+            200,
+        ),
+        // Nothing is held (`time` never changes its definitions): the handler's 404 in the
+        // documented shape. `admin_records.rs` trusts a real held definition.
+        (
+            "POST",
+            "/admin/v1/tools/held/{name}/approve",
+            "/admin/v1/tools/held/time__get_current_time/approve".into(),
+            Some(json!({})),
+            404,
+        ),
+        (
+            "GET",
             "/admin/v1/search",
             "/admin/v1/search?q=current+time&top_k=3&strategy=bm25&server=time".into(),
             None,
@@ -178,9 +222,44 @@ fn probes(time_server: &str) -> Vec<(&'static str, &'static str, String, Option<
             200,
         ),
         (
+            "POST",
+            "/admin/v1/approvals/{id}/approve",
+            format!("/admin/v1/approvals/{approve}/approve"),
+            Some(json!({"arguments": {"timezone": "Europe/Paris"}})),
+            200,
+        ),
+        (
+            "POST",
+            "/admin/v1/approvals/{id}/reject",
+            format!("/admin/v1/approvals/{reject}/reject"),
+            Some(json!({"reason": "not now"})),
+            200,
+        ),
+        (
+            "POST",
+            "/admin/v1/clients",
+            "/admin/v1/clients".into(),
+            Some(json!({"name": "probe"})),
+            201,
+        ),
+        (
             "GET",
             "/admin/v1/clients",
             "/admin/v1/clients".into(),
+            None,
+            200,
+        ),
+        (
+            "DELETE",
+            "/admin/v1/clients/{name}",
+            "/admin/v1/clients/probe".into(),
+            Some(json!({})),
+            204,
+        ),
+        (
+            "GET",
+            "/admin/v1/profiles",
+            "/admin/v1/profiles".into(),
             None,
             200,
         ),
@@ -190,6 +269,15 @@ fn probes(time_server: &str) -> Vec<(&'static str, &'static str, String, Option<
             "/admin/v1/connections".into(),
             None,
             200,
+        ),
+        // `time` has no OAuth: the documented 409. `admin_records.rs` signs in to a real
+        // OAuth server.
+        (
+            "POST",
+            "/admin/v1/connections/{server}/signin",
+            "/admin/v1/connections/time/signin".into(),
+            Some(json!({})),
+            409,
         ),
         // A client that never had a session with `time` nor signed in: the handler's 404, in
         // the documented error shape (the router's own 404 has no body and would fail the
@@ -214,9 +302,20 @@ fn probes(time_server: &str) -> Vec<(&'static str, &'static str, String, Option<
 #[test]
 fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
     let time_server = venv_bin("mcp-server-time");
-    let gateway = Gateway::start(write_config(&time_stdio_server("time")));
+    let gateway = Gateway::start(config());
     let token = gateway.admin_token();
     let admin = [("x-mcpgw-admin-token", token.as_str())];
+
+    // Two calls wait for a person: one to approve, one to reject.
+    let callers = [waiting_call(&gateway), waiting_call(&gateway)];
+    let mut pending = Vec::new();
+    wait_until("two calls to wait", Duration::from_secs(60), || {
+        let (_, listed) = ask(&gateway, "GET", "/admin/v1/approvals", None, &admin);
+        pending = listed["approvals"].as_array().cloned().unwrap_or_default();
+        pending.len() == 2
+    });
+    let id = |n: usize| pending[n]["id"].as_str().expect("an id").to_owned();
+    let (approve, reject) = (id(0), id(1));
 
     let (status, document) = ask(&gateway, "GET", "/admin/v1/openapi.json", None, &admin);
     assert_eq!(status, 200, "{document}");
@@ -235,7 +334,7 @@ fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
     );
 
     // Every documented operation, asked once; the list of probes is the document's list.
-    let probes = probes(&time_server);
+    let probes = probes(&time_server, &approve, &reject);
     let probed: BTreeSet<(String, String)> = probes
         .iter()
         .map(|(method, path, ..)| ((*method).to_owned(), (*path).to_owned()))
@@ -263,13 +362,42 @@ fn the_openapi_document_is_valid_and_every_operation_answers_as_documented() {
         );
     }
 
+    // The decided calls end: one ran (with the approver's arguments), one was refused.
+    let reports: Vec<Value> = callers
+        .into_iter()
+        .map(|caller| caller.join().expect("the caller"))
+        .collect();
+    let mut errors: Vec<bool> = reports
+        .iter()
+        .map(|report| report["steps"][0]["isError"] == true)
+        .collect();
+    errors.sort_unstable();
+    assert_eq!(errors, [false, true], "{reports:?}");
+    assert!(
+        reports
+            .iter()
+            .any(|report| report["steps"][0]["isError"] == false
+                && result_text(&report["steps"][0]).contains("Europe/Paris")),
+        "the approved call ran with the approver's arguments: {reports:?}"
+    );
+    // A decided approval is not decided again; an unknown id is not found.
+    for (asked, expected) in [
+        (format!("/admin/v1/approvals/{approve}/reject"), 409),
+        ("/admin/v1/approvals/nothing/approve".to_owned(), 404),
+    ] {
+        let (status, answer) = ask(&gateway, "POST", &asked, Some(&json!({})), &admin);
+        assert_eq!(status, expected, "{asked}: {answer}");
+        assert!(answer["error"].is_string(), "{answer}");
+    }
+
     // No method a documented path leaves out is routed: 405 (not 404, and not served).
     let documented = operations(&document);
     for path in document["paths"].as_object().expect("paths").keys() {
         let asked = path
             .replace("{name}", "time")
             .replace("{server}", "time")
-            .replace("{principal}", "local");
+            .replace("{principal}", "local")
+            .replace("{id}", "nothing");
         for method in METHODS {
             if documented.contains(&(method.to_owned(), path.clone())) {
                 continue;

@@ -390,3 +390,50 @@ fn held_tools_are_counted_in_healthz_servers_list_and_a_search_that_finds_nothin
     );
     assert_eq!(answer["structuredContent"]["held"], 1, "{answer}");
 }
+
+#[test]
+fn the_admin_api_shows_a_held_definitions_diff_and_trusts_it() {
+    let gateway = Gateway::start(trusted_then_changed("", ""));
+    let token = gateway.admin_token();
+    let base = format!("http://127.0.0.1:{}/admin/v1/tools/held", gateway.port);
+    let http = reqwest::blocking::Client::new();
+    let ask = |request: reqwest::blocking::RequestBuilder| {
+        let response = request
+            .header("x-mcpgw-admin-token", &token)
+            .send()
+            .expect("gateway reachable");
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().unwrap_or_default())
+    };
+    let trust = || {
+        ask(http
+            .post(format!("{base}/pinned__echo/approve"))
+            .json(&json!({})))
+    };
+
+    let (status, body) = ask(http.get(&base));
+    assert_eq!(status, 200, "{body}");
+    let listed = &body["held"][0];
+    assert_eq!(listed["name"], "pinned__echo", "{body}");
+    assert_eq!(listed["trusted"]["description"], TRUSTED, "{body}");
+    assert_eq!(listed["new"]["description"], CHANGED, "{body}");
+    assert!(
+        listed["diff"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("+  \"description\": \"{CHANGED}\","))),
+        "{body}"
+    );
+    assert_eq!(served_tools(&gateway), Some(1));
+
+    let (status, body) = trust();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["approved"], "pinned__echo", "{body}");
+    assert_eq!(
+        body["sha256"], listed["sha256"],
+        "the definition shown is the one trusted"
+    );
+    assert_eq!(served_tools(&gateway), Some(2), "served as soon as trusted");
+    assert_eq!(ask(http.get(&base)).1["held"], json!([]));
+    let (status, body) = trust();
+    assert_eq!(status, 404, "{body}");
+}

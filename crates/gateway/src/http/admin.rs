@@ -13,6 +13,10 @@
 //!
 //! A decision is refused with 403 for a principal that is neither the caller nor an admin,
 //! 404 for an unknown id, and 409 when it was already decided or expired.
+//!
+//! The same operations are routed under `/admin/v1` (see `admin_api`), for administrators only,
+//! through these handlers: `POST /admin/v1/approvals/{id}/approve|reject`,
+//! `GET /admin/v1/tools/held` and `POST /admin/v1/tools/held/{name}/approve`.
 
 use std::sync::Arc;
 
@@ -82,7 +86,7 @@ async fn list(
     }
 }
 
-async fn approve(
+pub(crate) async fn approve(
     State(gateway): State<Arc<Gateway>>,
     caller: Option<Extension<Principal>>,
     Path(id): Path<String>,
@@ -111,7 +115,7 @@ async fn approve(
     .await
 }
 
-async fn reject(
+pub(crate) async fn reject(
     State(gateway): State<Arc<Gateway>>,
     caller: Option<Extension<Principal>>,
     Path(id): Path<String>,
@@ -144,7 +148,7 @@ async fn decide(gateway: &Gateway, caller: &Principal, id: &str, verdict: Verdic
 
 /// An empty body is `{}`; anything else must be a JSON object.
 #[allow(clippy::result_large_err)]
-fn object_body(body: &[u8]) -> Result<Map<String, Value>, Response> {
+pub(crate) fn object_body(body: &[u8]) -> Result<Map<String, Value>, Response> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
@@ -178,8 +182,32 @@ fn error(status: StatusCode, message: &str) -> Response {
     super::errors::plain(status, message)
 }
 
-/// `GET /admin/tools/held`: the tools held because their definition changed (admins only).
-async fn held_tools(
+/// `POST /admin/v1/approvals/{id}/approve`: [`approve`], for administrators only.
+pub(crate) async fn approve_v1(
+    _: Admin,
+    gateway: State<Arc<Gateway>>,
+    caller: Option<Extension<Principal>>,
+    id: Path<String>,
+    body: Bytes,
+) -> Response {
+    approve(gateway, caller, id, body).await
+}
+
+/// `POST /admin/v1/approvals/{id}/reject`: [`reject`], for administrators only.
+pub(crate) async fn reject_v1(
+    _: Admin,
+    gateway: State<Arc<Gateway>>,
+    caller: Option<Extension<Principal>>,
+    id: Path<String>,
+    body: Bytes,
+) -> Response {
+    reject(gateway, caller, id, body).await
+}
+
+/// `GET /admin/tools/held` and `GET /admin/v1/tools/held`: the tools held because their
+/// definition changed, each with its trusted and its new definition and their diff (admins
+/// only).
+pub(crate) async fn held_tools(
     State(gateway): State<Arc<Gateway>>,
     principal: Option<Extension<Principal>>,
 ) -> Response {
@@ -209,7 +237,24 @@ async fn approve_tool(
             "the body must be a JSON object with the qualified tool name: {\"name\": \"server__tool\"}",
         );
     };
-    match gateway.approve_tool(&name).await {
+    trust(&gateway, &name).await
+}
+
+/// `POST /admin/v1/tools/held/{name}/approve`: [`approve_tool`] with the name in the path.
+pub(crate) async fn approve_held(
+    State(gateway): State<Arc<Gateway>>,
+    principal: Option<Extension<Principal>>,
+    Path(name): Path<String>,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, principal) {
+        return refused;
+    }
+    trust(&gateway, &name).await
+}
+
+/// Trusts the held tool `name`'s new definition: what was trusted, or why not.
+async fn trust(gateway: &Gateway, name: &str) -> Response {
+    match gateway.approve_tool(name).await {
         Ok(held) => Json(json!({
             "approved": held.qualified,
             "server": held.server,

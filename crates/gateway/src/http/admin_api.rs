@@ -3,7 +3,9 @@
 //! them, served at `GET /admin/v1/openapi.json`.
 //!
 //! The handlers live beside their kind (`admin_v1`: the reads of servers, tools and search;
-//! `admin_servers`: the server writes; `admin_records`: audit, approvals, clients, sign-ins).
+//! `admin_servers`: the server writes; `admin_records`: audit, approvals, clients, profiles,
+//! sign-ins; `admin`: the approval decisions and the held tools, shared with the older
+//! `/admin/approvals` and `/admin/tools` routes).
 //! They are routed here only, so the list cannot miss one: the unit tests below hold the
 //! document's operations equal to [`ROUTES`], and the end-to-end test (`cli` tests,
 //! `openapi.rs`) asks a running gateway every documented operation and checks that each
@@ -18,14 +20,17 @@
 use std::sync::Arc;
 
 use axum::{
-    Router,
+    Extension, Router,
     http::header,
     response::{IntoResponse, Response},
     routing::{MethodFilter, on},
 };
 
-use super::{admin::Admin, admin_records, admin_servers, admin_v1};
-use crate::Gateway;
+use super::{
+    admin::{self, Admin},
+    admin_records, admin_servers, admin_v1,
+};
+use crate::{Gateway, oauth::login::Logins};
 
 /// The OpenAPI 3.1 document of every route in [`ROUTES`].
 pub(crate) const DOCUMENT: &str = include_str!("openapi.json");
@@ -39,10 +44,12 @@ macro_rules! admin_routes {
         #[cfg_attr(not(test), allow(dead_code))]
         pub(crate) const ROUTES: &[(&str, &str)] = &[$((stringify!($method), $path)),*];
 
-        /// The router of every route in [`ROUTES`].
-        pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
+        /// The router of every route in [`ROUTES`]; `logins` starts the OAuth sign-ins it is
+        /// asked for, as the console's and `/oauth/start`'s do.
+        pub(crate) fn routes(gateway: Arc<Gateway>, logins: Arc<Logins>) -> Router {
             Router::new()
                 $(.route($path, on(MethodFilter::$method, $handler)))*
+                .layer(Extension(logins))
                 .with_state(gateway)
         }
     };
@@ -63,9 +70,17 @@ admin_routes! {
     GET "/admin/v1/tools" => admin_v1::tools,
     GET "/admin/v1/search" => admin_v1::search,
     GET "/admin/v1/audit" => admin_records::audit,
+    GET "/admin/v1/tools/held" => admin::held_tools,
+    POST "/admin/v1/tools/held/{name}/approve" => admin::approve_held,
     GET "/admin/v1/approvals" => admin_records::approvals,
+    POST "/admin/v1/approvals/{id}/approve" => admin::approve_v1,
+    POST "/admin/v1/approvals/{id}/reject" => admin::reject_v1,
     GET "/admin/v1/clients" => admin_records::clients,
+    POST "/admin/v1/clients" => admin_records::add_client,
+    DELETE "/admin/v1/clients/{name}" => admin_records::remove_client,
+    GET "/admin/v1/profiles" => admin_records::profiles,
     GET "/admin/v1/connections" => admin_records::connections,
+    POST "/admin/v1/connections/{server}/signin" => admin_records::sign_in,
     DELETE "/admin/v1/connections/{server}/{principal}" => admin_records::sign_out,
 }
 

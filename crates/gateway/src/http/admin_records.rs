@@ -10,11 +10,24 @@
 //!   (default), or the newest in any state.
 //! - `GET /admin/v1/clients`: every client key's name, its profile and whether that makes it
 //!   an administrator, when it was made and last used. Never a key (none is stored).
+//! - `POST /admin/v1/clients`, body `{"name": "ci"}`: adds a client key and answers it, this
+//!   once (201; only its hash is stored, and it is never logged); 409 when the name is taken.
+//!   The profile it runs under is the configuration's (the profile whose `clients` names it),
+//!   as on the console's clients page, so the body names nothing else.
+//! - `DELETE /admin/v1/clients/{name}`: removes a client key; it stops working at once (204;
+//!   404 when no client has the name).
+//! - `GET /admin/v1/profiles`: the configured profiles with their rules and the tools each
+//!   exposes, as the console's clients page shows them, and the default profile's name.
 //! - `GET /admin/v1/connections`: every stored OAuth sign-in (server, principal, issuer, when
 //!   it expires and was last renewed). Never a token.
 //! - `DELETE /admin/v1/connections/{server}/{principal}`: signs `principal` out of `server`:
 //!   its stored tokens are deleted and its own session with the server ends (204; 404 when it
 //!   had neither). Its next call to the server asks it to sign in again.
+//! - `POST /admin/v1/connections/{server}/signin`: starts the gateway's own OAuth sign-in to
+//!   `server` for the caller (`Logins::begin`, as the console's Sign in button and a tool
+//!   call's sign-in link do) and answers the authorization URL to open in a browser, never a
+//!   token. 404 for an unknown server, 409 for one without OAuth or a gateway that cannot take
+//!   the browser's return.
 //!
 //! Guarded and for admins only, as every admin route; a bad parameter gets 400 naming it.
 //! Routed by `admin_api`, the one table of the admin API.
@@ -23,19 +36,25 @@ use std::{sync::Arc, time::SystemTime};
 
 use axum::{
     Extension, Json,
+    body::Bytes,
     extract::{Path, RawQuery, State},
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use secrecy::ExposeSecret as _;
+use serde_json::{Map, Value, json};
 
 use crate::{
     Gateway,
     http::{
-        admin::admin_only,
+        admin::{admin_only, object_body},
         admin_v1::{clip, parameters},
     },
-    oauth::unix_seconds,
+    oauth::{
+        login::{LoginError, Logins},
+        unix_seconds,
+    },
+    overview,
     principal::Principal,
     records,
 };
@@ -219,16 +238,138 @@ pub(crate) async fn clients(
     };
     let policy = &gateway.config().policy;
     listed("clients", store.clients().await, |client| {
-        let profile = policy.profile_of_client(&client.name);
-        json!({
-            "name": client.name,
-            "principal": format!("client:{}", client.name),
-            "profile": profile.map(|p| p.name.as_str()),
-            "admin": profile.is_some_and(|p| p.admin),
-            "created_at": unix_seconds(client.created_at),
-            "last_used_at": client.last_used_at.map(unix_seconds),
-        })
+        let mut row = client_fields(policy, &client.name);
+        row.insert("created_at".into(), unix_seconds(client.created_at).into());
+        row.insert(
+            "last_used_at".into(),
+            client.last_used_at.map(unix_seconds).into(),
+        );
+        Value::Object(row)
     })
+}
+
+/// A client's name, principal, profile and whether that makes it an administrator.
+fn client_fields(policy: &config::PolicyConfig, name: &str) -> Map<String, Value> {
+    let profile = policy.profile_of_client(name);
+    let Value::Object(fields) = json!({
+        "name": name,
+        "principal": format!("client:{name}"),
+        "profile": profile.map(|p| p.name.as_str()),
+        "admin": profile.is_some_and(|p| p.admin),
+    }) else {
+        unreachable!("a JSON object")
+    };
+    fields
+}
+
+/// `POST /admin/v1/clients`: adds the body's client and answers its key, this once.
+pub(crate) async fn add_client(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+    body: Bytes,
+) -> Response {
+    let store = match admitted(&gateway, caller.clone(), None, &[]) {
+        Ok(admitted) => admitted.store,
+        Err(refused) => return *refused,
+    };
+    let body = match object_body(&body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    if let Some(other) = body.keys().find(|key| *key != "name") {
+        return bad_request(&format!(
+            "unknown field '{}': the body is {{\"name\": \"NAME\"}}; the profile a client runs under is the one whose `clients` names it in the configuration",
+            clip(other)
+        ));
+    }
+    let Some(name) = body.get("name").and_then(Value::as_str) else {
+        return bad_request("the body must name the client: {\"name\": \"NAME\"}");
+    };
+    match store.add_client(name).await {
+        Ok(key) => {
+            // The name only: the key is in the answer, and nowhere else.
+            let by = caller.map_or(Principal::Local, |Extension(p)| p);
+            tracing::info!(client = %name, %by, "client added through the admin API");
+            let mut added = client_fields(&gateway.config().policy, name);
+            added.insert("key".into(), key.expose_secret().into());
+            (StatusCode::CREATED, Json(Value::Object(added))).into_response()
+        }
+        Err(error @ store::StoreError::InvalidClientName { .. }) => bad_request(&error.to_string()),
+        Err(error @ store::StoreError::ClientExists { .. }) => {
+            super::errors::plain(StatusCode::CONFLICT, &error.to_string())
+        }
+        Err(error) => write_failed(&error),
+    }
+}
+
+/// `DELETE /admin/v1/clients/{name}`: removes the client; its key stops working at once.
+pub(crate) async fn remove_client(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Response {
+    let store = match admitted(&gateway, caller.clone(), None, &[]) {
+        Ok(admitted) => admitted.store,
+        Err(refused) => return *refused,
+    };
+    match store.remove_client(&name).await {
+        Ok(true) => {
+            let by = caller.map_or(Principal::Local, |Extension(p)| p);
+            tracing::info!(client = %name, %by, "client removed through the admin API");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(false) => super::errors::plain(
+            StatusCode::NOT_FOUND,
+            &format!("no client is named '{}'", clip(&name)),
+        ),
+        Err(error) => write_failed(&error),
+    }
+}
+
+/// `GET /admin/v1/profiles`: every configured profile, its rules and the tools it exposes.
+pub(crate) async fn profiles(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, caller) {
+        return refused;
+    }
+    if let Err(bad) = parameters(raw.as_deref(), &[], &[]) {
+        return bad_request(&bad);
+    }
+    let config = gateway.config();
+    let policy = &config.policy;
+    let mut rows = Vec::with_capacity(policy.profiles.len());
+    for profile in &policy.profiles {
+        let view = overview::tools(
+            &gateway,
+            &overview::ToolsQuery {
+                server: None,
+                profile: Some(profile.name.clone()),
+            },
+        )
+        .await;
+        rows.push(json!({
+            "name": profile.name,
+            "clients": profile.clients,
+            "admin": profile.admin,
+            "servers": patterns(&profile.servers),
+            "allow": patterns(&profile.allow),
+            "deny": patterns(&profile.deny),
+            "read_only": profile.read_only,
+            "destructive": profile.destructive,
+            "calls_per_minute": profile.calls_per_minute.or(policy.limits.calls_per_minute),
+            "exposure": view.listing.exposure,
+            "listed_tokens": view.listing.listed_tokens,
+            "tools": view.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<_>>(),
+        }));
+    }
+    Json(json!({
+        "default": policy.default().map(|p| p.name.as_str()),
+        "profiles": rows,
+    }))
+    .into_response()
 }
 
 pub(crate) async fn connections(
@@ -283,6 +424,61 @@ pub(crate) async fn sign_out(
     }
 }
 
+/// The patterns' text, as the configuration spells them.
+fn patterns(patterns: &[config::Pattern]) -> Vec<&str> {
+    patterns.iter().map(config::Pattern::as_str).collect()
+}
+
+/// `POST /admin/v1/connections/{server}/signin`: starts the gateway's OAuth sign-in to
+/// `server` for the caller and answers where its browser goes.
+pub(crate) async fn sign_in(
+    State(gateway): State<Arc<Gateway>>,
+    caller: Caller,
+    Extension(logins): Extension<Arc<Logins>>,
+    Path(server): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(refused) = admin_only(&gateway, caller.clone()) {
+        return refused;
+    }
+    match object_body(&body) {
+        Ok(body) if body.is_empty() => {}
+        Ok(_) => return bad_request("the body is empty or {}: the sign-in is the caller's"),
+        Err(refused) => return refused,
+    }
+    if gateway.config().server(&server).is_none() {
+        return super::errors::plain(
+            StatusCode::NOT_FOUND,
+            &format!("no server named '{}' in the configuration", clip(&server)),
+        );
+    }
+    let principal = caller.map_or(Principal::Local, |Extension(p)| p);
+    match logins.begin(&gateway, &server, &principal).await {
+        Ok(started) => {
+            tracing::info!(%server, %principal, "sign-in started through the admin API");
+            Json(json!({
+                "server": started.server,
+                "principal": principal.id(),
+                "authorization_url": started.authorization_url,
+                "redirect_uri": started.redirect_uri,
+                "expires_at": unix_seconds(started.expires_at),
+            }))
+            .into_response()
+        }
+        Err(error) => {
+            let status = match &error {
+                LoginError::NoStore => StatusCode::SERVICE_UNAVAILABLE,
+                LoginError::Start { .. } => StatusCode::BAD_GATEWAY,
+                LoginError::Unavailable(_)
+                | LoginError::NotOAuth(_)
+                | LoginError::ForeignRedirect { .. } => StatusCode::CONFLICT,
+            };
+            tracing::warn!(%server, %error, "a sign-in through the admin API did not start");
+            super::errors::plain(status, &format!("not signed in: {error}"))
+        }
+    }
+}
+
 fn bad_request(message: &str) -> Response {
     super::errors::plain(StatusCode::BAD_REQUEST, message)
 }
@@ -291,6 +487,14 @@ fn unavailable() -> Response {
     super::errors::plain(
         StatusCode::SERVICE_UNAVAILABLE,
         "the gateway runs without its database, which keeps these records",
+    )
+}
+
+fn write_failed(error: &store::StoreError) -> Response {
+    tracing::warn!(%error, "the admin API could not write the database");
+    super::errors::plain(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the database could not be written; the gateway's log says why",
     )
 }
 

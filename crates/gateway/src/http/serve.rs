@@ -290,7 +290,10 @@ fn app(
         )
         .merge(login::routes(gateway.clone(), logins.clone()))
         .merge(crate::http::admin::routes(gateway.clone()))
-        .merge(crate::http::admin_api::routes(gateway.clone()))
+        .merge(crate::http::admin_api::routes(
+            gateway.clone(),
+            logins.clone(),
+        ))
         .merge(crate::http::console::routes(
             gateway.clone(),
             access.admin_token().cloned(),
