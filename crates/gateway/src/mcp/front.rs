@@ -22,7 +22,7 @@ use rmcp::{
         SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
         UnsubscribeRequestParams,
     },
-    service::{NotificationContext, RequestContext, SubscriptionContext},
+    service::{NotificationContext, Peer, RequestContext, SubscriptionContext},
 };
 use serde_json::{Map, Value};
 
@@ -136,6 +136,19 @@ impl Front {
             // Found and permitted, or no name (`details` says what is missing).
             _ => meta::details(&catalog, arguments),
         }
+    }
+
+    /// This session's listener (list changes, resource updates), registered by whichever comes
+    /// first: `notifications/initialized`, or a request that needs it. rmcp handles a session's
+    /// notifications and requests in tasks of their own, so a `resources/subscribe` that a
+    /// client sends right after `initialized` may be handled first. One per session: a
+    /// repeated `initialized` keeps it.
+    fn session_listener(&self, peer: Peer<RoleServer>, principal: Principal) -> u64 {
+        *lock(&self.listener).get_or_insert_with(|| {
+            self.gateway
+                .listeners
+                .add_session(&self.gateway, peer, principal)
+        })
     }
 }
 
@@ -301,14 +314,7 @@ impl ServerHandler for Front {
             direct.register(&context, self);
         }
         let principal = Principal::of(&context.extensions);
-        let id = self
-            .gateway
-            .listeners
-            .add_session(&self.gateway, context.peer, principal);
-        // A repeated `initialized` replaces the entry rather than leave one behind.
-        if let Some(old) = lock(&self.listener).replace(id) {
-            self.gateway.listeners.remove(old);
-        }
+        self.session_listener(context.peer, principal);
     }
 
     /// `resources/subscribe` (legacy sessions; 2026-07-28 names resources in
@@ -326,12 +332,8 @@ impl ServerHandler for Front {
                 None,
             ));
         }
-        let Some(listener) = *lock(&self.listener) else {
-            return Err(McpError::invalid_request(
-                "resources/subscribe before notifications/initialized",
-                None,
-            ));
-        };
+        let listener =
+            self.session_listener(context.peer.clone(), Principal::of(&context.extensions));
         let held = crate::mcp::surface::requests::hold_resource(
             &self.gateway,
             Principal::of(&context.extensions),
