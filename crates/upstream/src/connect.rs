@@ -65,7 +65,9 @@ use crate::{
     cause,
     oauth::{AuthError, AuthorizedClient},
     transport::{
-        self, http_client,
+        self,
+        express::Express,
+        http_client,
         ordered::Counted,
         sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
         stdio::{self, ChildWatch},
@@ -296,6 +298,8 @@ pub(crate) struct Connected {
     pub server_version: Option<String>,
     /// Legacy SSE only: whether the stream ended on an event over the size limit.
     pub oversized: Option<Oversized>,
+    /// stdio only: the lane for plain calls past rmcp's service loop.
+    pub express: Option<Arc<Express>>,
 }
 
 /// Connects once over the configured transport, under `policy` (this server's). `known_era`
@@ -369,6 +373,7 @@ async fn connect_with(
     let server = config.name.clone();
     let backlog = handler.calls.backlog.clone();
     let mut oversized = None;
+    let mut express = None;
     if let config::Transport::Http(http_config) | config::Transport::Sse(http_config) =
         &config.transport
     {
@@ -381,6 +386,7 @@ async fn connect_with(
         config::Transport::Stdio(stdio_config) => {
             let spawned = stdio::spawn(&server, stdio_config)?;
             *child = Some(spawned.watch());
+            express = Some(spawned.express());
             serve_client_with_lifecycle(handler, Counted::new(spawned, backlog), lifecycle).await
         }
         config::Transport::Http(http_config) => {
@@ -476,6 +482,7 @@ async fn connect_with(
         server_name,
         server_version,
         oversized,
+        express,
     })
 }
 

@@ -13,7 +13,7 @@ use netguard::Policy;
 use rmcp::{
     model::{
         CallToolRequest, CallToolRequestParams, CallToolResponse, CallToolResult, ClientRequest,
-        PaginatedRequestParams, RequestMetaObject, ServerResult,
+        PaginatedRequestParams, ProgressToken, RequestMetaObject, ServerResult,
     },
     service::{PeerRequestOptions, ServiceError},
 };
@@ -21,14 +21,14 @@ use serde::Serialize;
 
 use crate::{
     Events, UpstreamError,
-    call::{CallOptions, CancelOnDrop, InFlight},
+    call::{CallOptions, CancelOnDrop, InFlight, Registered},
     connect::{self, Connected, Session, UpstreamClient},
     lock,
     oauth::{
         AuthorizedClient, DEFAULT_REDIRECT_URI, OAuthError, OAuthSettings, OAuthStore,
         ServerCredentials,
     },
-    transport::stdio::ChildWatch,
+    transport::{express::Express, stdio::ChildWatch},
 };
 
 mod lists;
@@ -132,6 +132,8 @@ struct Live {
     oversized: Option<crate::transport::sse::Oversized>,
     /// The stdio child behind the session.
     child: Option<ChildWatch>,
+    /// A legacy stdio session's lane for plain calls (`transport::express`).
+    express: Option<Arc<Express>>,
 }
 
 /// The liveness pings of the live session (see [`Server::supervise`]).
@@ -365,9 +367,17 @@ impl Server {
         let name = name.to_owned();
         let calls = self.handler.calls.clone();
         let idle = self.config.timeout;
+        // Nothing of the call but its result is wanted: it may take a stdio session's express
+        // lane (`transport::express`).
+        let plain = options.progress.is_none()
+            && options.asks.is_none()
+            && options.logs.is_none()
+            && options.input_responses.is_none()
+            && options.request_state.is_none();
         let options = Arc::new(options);
         let response = self
             .with_session_bounded(false, None, move |session| {
+                let express = plain.then(|| self.express_for(&session)).flatten();
                 let mut params = CallToolRequestParams::new(name.clone());
                 params.arguments = arguments.clone();
                 params.input_responses = options.input_responses.clone();
@@ -381,7 +391,14 @@ impl Server {
                 }
                 let calls = calls.clone();
                 let options = options.clone();
-                async move { call_once(&session, &calls, params, &options, idle).await }
+                async move {
+                    match express {
+                        Some(express) => {
+                            call_express(&express, &session, &calls, params, &options, idle).await
+                        }
+                        None => call_once(&session, &calls, params, &options, idle).await,
+                    }
+                }
             })
             .await?;
         // HTTP and SSE responses are held to the limit as they are read; a stdio message only
@@ -401,6 +418,14 @@ impl Server {
             });
         }
         Ok(response)
+    }
+
+    /// The express lane of `session`, when it is the live session and has one.
+    fn express_for(&self, session: &Arc<Session>) -> Option<Arc<Express>> {
+        lock(&self.live)
+            .as_ref()
+            .filter(|live| Arc::ptr_eq(&live.session, session))
+            .and_then(|live| live.express.clone())
     }
 
     /// Ends the session (and the child process group, for stdio).
@@ -635,6 +660,8 @@ impl Server {
             session: session.clone(),
             oversized: connected.oversized,
             child: spawned,
+            // A 2026-07-28 request carries `_meta` rmcp adds; only legacy calls go express.
+            express: connected.express.filter(|_| connected.era == Era::Legacy),
         });
         *lock(&self.liveness) = Liveness {
             last: Instant::now(),
@@ -1030,7 +1057,41 @@ async fn call_once(
         .await?;
     registered.sent(handle.id.clone(), handle.progress_token.clone());
     let cancel = CancelOnDrop::new(peer, handle.id.clone());
-    let response = handle.await_response();
+    let result = wait(handle.await_response(), &registered, options, idle, cancel).await;
+    // The progress and log messages sent before the result reach the caller first.
+    calls.backlog.settle(calls.backlog.received()).await;
+    call_tool_response(result?)
+}
+
+/// One `tools/call` on a stdio session's express lane, from a caller that wants only its
+/// result (so nothing is waited for before it, unlike [`call_once`]).
+async fn call_express(
+    express: &Arc<Express>,
+    session: &Session,
+    calls: &InFlight,
+    params: CallToolRequestParams,
+    options: &CallOptions,
+    idle: Duration,
+) -> Result<CallToolResponse, ServiceError> {
+    // Registered, so the server's requests during the call are refused as the caller's, and
+    // its progress keeps the call alive.
+    let registered = calls.register(options);
+    let (id, mut pending) = express.call(params).await?;
+    registered.sent(id.clone(), ProgressToken(id.clone()));
+    let cancel = CancelOnDrop::new(session.peer().clone(), id);
+    wait(pending.outcome(), &registered, options, idle, cancel).await
+}
+
+/// Waits for a sent call's `response`: cancelled upstream (through `cancel`) when the caller
+/// cancels, or when nothing was heard of it for `idle` (see [`call::Activity`]) or it ran past
+/// the longest a call may take.
+async fn wait<T>(
+    response: impl Future<Output = Result<T, ServiceError>>,
+    registered: &Registered<'_>,
+    options: &CallOptions,
+    idle: Duration,
+    cancel: CancelOnDrop,
+) -> Result<T, ServiceError> {
     tokio::pin!(response);
     let started = Instant::now();
     let limit = started + MAX_CALL.max(idle);
@@ -1057,9 +1118,7 @@ async fn call_once(
         }
     };
     cancel.disarm();
-    // The progress and log messages sent before the result reach the caller first.
-    calls.backlog.settle(calls.backlog.received()).await;
-    call_tool_response(result?)
+    result
 }
 
 /// Whether `value` serialises to more than `limit` bytes of JSON; stops counting once it does.
@@ -1085,7 +1144,7 @@ fn exceeds(value: &impl Serialize, limit: usize) -> bool {
 
 /// A `tools/call` answer as the response it is. rmcp parses results as an untagged union, so a
 /// result may arrive as another variant of the same shape.
-fn call_tool_response(result: ServerResult) -> Result<CallToolResponse, ServiceError> {
+pub(crate) fn call_tool_response(result: ServerResult) -> Result<CallToolResponse, ServiceError> {
     match result {
         ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
         ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),

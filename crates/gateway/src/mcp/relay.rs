@@ -134,6 +134,16 @@ impl Caller {
         self.trace.as_ref()
     }
 
+    /// A caller that takes nothing but the result: no progress token, no log messages, and
+    /// nothing an upstream may ask can be answered by it (no elicitation, no sampling). Its
+    /// call needs none of [`Running`]'s channels and runs in the caller's own task.
+    fn plain(&self) -> bool {
+        self.progress_token.is_none()
+            && self.log_level.is_none()
+            && self.capabilities.elicitation.is_none()
+            && self.capabilities.sampling.is_none()
+    }
+
     /// Whether this client declared what `ask` needs.
     fn can_answer(&self, ask: &Ask) -> bool {
         match ask {
@@ -255,15 +265,19 @@ pub(crate) async fn call(
 ) -> Relayed {
     let mut retry = caller.upstream_retry(server.name());
     for _ in 0..MAX_INPUT_ROUNDS {
-        let running = Running::start(
-            server.clone(),
-            tool,
-            arguments.clone(),
-            retry.take(),
-            caller,
-        );
         let started = std::time::Instant::now();
-        let driven = drive(gateway, running, caller, || lock(audit).take()).await;
+        let driven = if caller.plain() {
+            Driven::Done(call_plain(server, tool, arguments.clone(), retry.take(), caller).await)
+        } else {
+            let running = Running::start(
+                server.clone(),
+                tool,
+                arguments.clone(),
+                retry.take(),
+                caller,
+            );
+            drive(gateway, running, caller, || lock(audit).take()).await
+        };
         gateway
             .metrics()
             .upstream_call(server.name(), started.elapsed());
@@ -374,6 +388,45 @@ fn answer_value(answer: Answer) -> Result<Value, McpError> {
     .map_err(errors::unreadable)
 }
 
+/// The span of `caller`'s call of `tool` on `server`, when the gateway traces.
+fn upstream_span(server: &Server, tool: &str, caller: &Caller) -> Option<UpstreamSpan> {
+    caller.trace.as_ref().map(|trace| {
+        let called = Called::tool("tools/call", tool);
+        trace.upstream(&called, server.name(), crate::telemetry::transport(server))
+    })
+}
+
+/// The call of a [`Caller::plain`] caller, in the caller's task: the upstream's progress and
+/// log messages have nowhere to go, and what it asks is refused by the upstream crate with the
+/// same error [`drive`] gives a client that cannot answer. The caller's cancellation cancels
+/// the upstream request; so does dropping this future (the upstream crate's own guard).
+async fn call_plain(
+    server: &Server,
+    tool: &str,
+    arguments: Option<Map<String, Value>>,
+    retry: Option<(InputResponses, Option<String>)>,
+    caller: &Caller,
+) -> Result<CallToolResponse, UpstreamError> {
+    let (input_responses, request_state) = match retry {
+        Some((responses, state)) => (Some(responses), state),
+        None => (None, None),
+    };
+    let span = upstream_span(server, tool, caller);
+    let options = CallOptions {
+        ct: caller.ct.child_token(),
+        input_responses,
+        request_state,
+        client_capabilities: Some(ClientCapabilities::default()),
+        trace: span.as_ref().and_then(UpstreamSpan::trace_context),
+        ..CallOptions::default()
+    };
+    let result = server.call_tool_with(tool, arguments, options).await;
+    if let Some(span) = &span {
+        span.finish(result.as_ref().map(Outcome::of_call));
+    }
+    result
+}
+
 /// One upstream call running in a task of its own (so that it can outlive the request that
 /// started it, parked), with its progress and questions.
 struct Running {
@@ -409,10 +462,7 @@ impl Running {
             Some((responses, state)) => (Some(responses), state),
             None => (None, None),
         };
-        let span = caller.trace.as_ref().map(|trace| {
-            let called = Called::tool("tools/call", tool);
-            trace.upstream(&called, server.name(), crate::telemetry::transport(&server))
-        });
+        let span = upstream_span(&server, tool, caller);
         let options = CallOptions {
             progress: Some(progress_tx),
             asks: Some(asks_tx),

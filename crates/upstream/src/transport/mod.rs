@@ -1,6 +1,8 @@
 //! The transports under an upstream session, and the HTTP client they share.
 //!
 //! - [`stdio`]: a child process in its own process group, stderr into the log.
+//! - [`express`]: plain `tools/call`s on a stdio session, written and answered past rmcp's
+//!   service loop.
 //! - [`streamable_http`]: the HTTP client under rmcp's Streamable HTTP transport, which
 //!   recognises a restarted server's session rejection and makes every 401 look the same.
 //! - [`sse`]: the legacy HTTP+SSE client rmcp lacks.
@@ -17,6 +19,7 @@ use http::{HeaderName, HeaderValue};
 use netguard::Policy;
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, GetMeta, JsonRpcMessage};
 
+pub(crate) mod express;
 pub(crate) mod ordered;
 pub mod sse;
 pub(crate) mod stdio;

@@ -29,11 +29,14 @@ use rmcp::{
 use secrecy::ExposeSecret;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
-    process::{ChildStdin, ChildStdout},
+    process::ChildStdout,
     sync::{oneshot, watch},
 };
 
-use crate::UpstreamError;
+use crate::{
+    UpstreamError,
+    transport::express::{Express, ExpressStdout, Forward},
+};
 
 /// Longest stderr line kept in the log; the rest is cut so a noisy child cannot flood it.
 const MAX_STDERR_LINE: usize = 4096;
@@ -115,14 +118,22 @@ impl ChildWatch {
 
 /// The transport over a child's stdin and stdout. Closing it stops the child politely (see the
 /// module docs); dropping it kills the child's group.
+/// rmcp reads the child's stdout through [`ExpressStdout`] and writes through the session's
+/// [`Express`] lane (see `transport::express`).
 pub(crate) struct StdioChild {
-    rw: AsyncRwTransport<RoleClient, ChildStdout, ChildStdin>,
+    rw: AsyncRwTransport<RoleClient, ExpressStdout<ChildStdout>, Forward>,
+    express: Arc<Express>,
     watch: ChildWatch,
 }
 
 impl StdioChild {
     pub(crate) fn watch(&self) -> ChildWatch {
         self.watch.clone()
+    }
+
+    /// The session's express lane for plain calls.
+    pub(crate) fn express(&self) -> Arc<Express> {
+        self.express.clone()
     }
 }
 
@@ -139,7 +150,7 @@ impl Transport<RoleClient> for StdioChild {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.rw.send(item)
+        self.express.clone().send(item)
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
@@ -148,7 +159,7 @@ impl Transport<RoleClient> for StdioChild {
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         // stdin EOF first: the MCP way to ask a stdio server to stop.
-        self.rw.close().await?;
+        self.express.close().await?;
         for order in [Order::Terminate, Order::Kill] {
             if self.watch.exited_within(STOP_GRACE).await.is_some() {
                 return Ok(());
@@ -237,8 +248,13 @@ pub(crate) fn spawn(
     let (exit_tx, exit) = watch::channel(None);
     let (order_tx, order) = watch::channel(Order::Run);
     tokio::spawn(watch_child(child, exit_tx, order, stderr_read));
+    let express = Express::new(stdin);
     Ok(StdioChild {
-        rw: AsyncRwTransport::new_client(stdout, stdin),
+        rw: AsyncRwTransport::new_client(
+            ExpressStdout::new(stdout, express.clone()),
+            Forward::new(express.clone()),
+        ),
+        express,
         watch: ChildWatch {
             pid,
             exit,
