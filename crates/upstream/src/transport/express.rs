@@ -442,12 +442,26 @@ mod tests {
         result.content[0].as_text().expect("text").text.clone()
     }
 
+    /// Reads lines as rmcp's loop does, always, until the end; the lines it got.
+    fn rmcp_reads(
+        stdout: ExpressStdout<tokio::io::DuplexStream>,
+    ) -> tokio::task::JoinHandle<Vec<String>> {
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            let mut read = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                read.push(line);
+            }
+            read
+        })
+    }
+
     #[tokio::test]
     async fn a_call_is_written_as_one_line_and_its_answer_taken_before_rmcp_reads() {
         let (gateway_in, mut server_in) = tokio::io::duplex(64 * 1024);
         let (mut server_out, gateway_out) = tokio::io::duplex(64 * 1024);
         let express = Express::new(gateway_in);
-        let mut stdout = BufReader::new(ExpressStdout::new(gateway_out, express.clone()));
+        let rmcp = rmcp_reads(ExpressStdout::new(gateway_out, express.clone()));
 
         let (id, mut answer) = express
             .call(CallToolRequestParams::new("echo"))
@@ -458,33 +472,35 @@ mod tests {
         };
         let mut sent = vec![0u8; 4096];
         let n = server_in.read(&mut sent).await.expect("read");
+        assert_eq!(sent[n - 1], b'\n', "one whole line");
         let sent: serde_json::Value = serde_json::from_slice(&sent[..n]).expect("one line of JSON");
         assert_eq!(sent["method"], "tools/call");
         assert_eq!(sent["id"], id.as_ref());
         assert_eq!(sent["params"]["_meta"]["progressToken"], id.as_ref());
 
-        // rmcp's messages around the answer reach rmcp, in order; the answer does not.
+        // rmcp's messages around the answer reach rmcp, in order; the answer does not. A
+        // message that only mentions an express id is rmcp's too.
         let mut wire = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"mcpgw-x-0\"}}\n".to_vec();
         wire.extend(answer_line(id, "Echo: hello"));
         wire.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
         server_out.write_all(&wire).await.expect("write");
+        drop(server_out);
 
         let response = answer.outcome().await.expect("answered");
         assert_eq!(text_of(&response), "Echo: hello");
-        let mut line = String::new();
-        stdout.read_line(&mut line).await.expect("line");
-        assert!(line.contains("notifications/message"), "{line}");
-        line.clear();
-        stdout.read_line(&mut line).await.expect("line");
-        assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
+        let lines = rmcp.await.expect("reader");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("notifications/message"), "{lines:?}");
+        assert_eq!(lines[1], "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
     }
 
     #[tokio::test]
     async fn an_answer_split_across_reads_and_an_unknown_express_id_reach_their_places() {
         let (gateway_in, _server_in) = tokio::io::duplex(64 * 1024);
+        // 16 bytes at a time: every line arrives in many pieces.
         let (mut server_out, gateway_out) = tokio::io::duplex(16);
         let express = Express::new(gateway_in);
-        let mut stdout = BufReader::new(ExpressStdout::new(gateway_out, express.clone()));
+        let rmcp = rmcp_reads(ExpressStdout::new(gateway_out, express.clone()));
         let (id, mut answer) = express
             .call(CallToolRequestParams::new("echo"))
             .await
@@ -496,17 +512,12 @@ mod tests {
         wire.extend(answer_line(&id, "split"));
         let writer = tokio::spawn(async move {
             server_out.write_all(&wire).await.expect("write");
-            server_out
-        });
-        let reader = tokio::spawn(async move {
-            let mut line = String::new();
-            stdout.read_line(&mut line).await.expect("line");
-            line
         });
         assert_eq!(text_of(&answer.outcome().await.expect("answered")), "split");
-        let line = reader.await.expect("reader");
-        assert!(line.contains("nobody waits"), "{line}");
-        drop(writer.await);
+        writer.await.expect("writer");
+        let lines = rmcp.await.expect("reader");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("nobody waits"), "{lines:?}");
     }
 
     #[tokio::test]
