@@ -43,13 +43,22 @@ fn dead_and_hanging_upstreams_never_block_the_others() {
             .unwrap_or_else(|| panic!("{name} missing from {health}"))
     };
     assert_eq!(state("everything")["state"], "ready");
-    assert_eq!(state("ghost")["state"], "failed");
+    // A failed server is retried in the background: /healthz may catch it connecting again,
+    // still with its last failure as the reason.
+    let failed = |name: &str| {
+        let state = state(name)["state"].clone();
+        assert!(
+            state == "failed" || state == "connecting",
+            "{name}: {state} in {health}"
+        );
+    };
+    failed("ghost");
     let ghost_reason = state("ghost")["reason"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     assert!(ghost_reason.contains("command not found"), "{ghost_reason}");
-    assert_eq!(state("stuck")["state"], "failed");
+    failed("stuck");
     let stuck_reason = state("stuck")["reason"]
         .as_str()
         .unwrap_or_default()
