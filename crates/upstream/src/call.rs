@@ -75,6 +75,19 @@ pub struct CallOptions {
     pub trace: Option<TraceContext>,
 }
 
+impl CallOptions {
+    /// Whether the caller wants nothing of the call but its result: no progress, no log
+    /// messages, nothing it can be asked, no retry of an `input_required` result. Such a call
+    /// may take a stdio session's express lane (`transport::express`).
+    pub(crate) fn result_only(&self) -> bool {
+        self.progress.is_none()
+            && self.asks.is_none()
+            && self.logs.is_none()
+            && self.input_responses.is_none()
+            && self.request_state.is_none()
+    }
+}
+
 /// A W3C Trace Context (`traceparent`, and `tracestate` when there is one) that an upstream
 /// request carries, as SEP-414 puts it: `params._meta.traceparent` / `tracestate`, unprefixed.
 /// Over HTTP the same values also go as the `traceparent` / `tracestate` headers, for servers

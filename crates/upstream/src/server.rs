@@ -367,13 +367,7 @@ impl Server {
         let name = name.to_owned();
         let calls = self.handler.calls.clone();
         let idle = self.config.timeout;
-        // Nothing of the call but its result is wanted: it may take a stdio session's express
-        // lane (`transport::express`).
-        let plain = options.progress.is_none()
-            && options.asks.is_none()
-            && options.logs.is_none()
-            && options.input_responses.is_none()
-            && options.request_state.is_none();
+        let plain = options.result_only();
         let options = Arc::new(options);
         let response = self
             .with_session_bounded(false, None, move |session| {

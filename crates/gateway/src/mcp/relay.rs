@@ -388,6 +388,16 @@ fn answer_value(answer: Answer) -> Result<Value, McpError> {
     .map_err(errors::unreadable)
 }
 
+/// A retry's answers and upstream state, as [`CallOptions`] takes them.
+fn split_retry(
+    retry: Option<(InputResponses, Option<String>)>,
+) -> (Option<InputResponses>, Option<String>) {
+    match retry {
+        Some((responses, state)) => (Some(responses), state),
+        None => (None, None),
+    }
+}
+
 /// The span of `caller`'s call of `tool` on `server`, when the gateway traces.
 fn upstream_span(server: &Server, tool: &str, caller: &Caller) -> Option<UpstreamSpan> {
     caller.trace.as_ref().map(|trace| {
@@ -407,10 +417,7 @@ async fn call_plain(
     retry: Option<(InputResponses, Option<String>)>,
     caller: &Caller,
 ) -> Result<CallToolResponse, UpstreamError> {
-    let (input_responses, request_state) = match retry {
-        Some((responses, state)) => (Some(responses), state),
-        None => (None, None),
-    };
+    let (input_responses, request_state) = split_retry(retry);
     let span = upstream_span(server, tool, caller);
     let options = CallOptions {
         ct: caller.ct.child_token(),
@@ -458,10 +465,7 @@ impl Running {
         let (logs_tx, logs) = mpsc::channel(LOG_BUFFER);
         let (asks_tx, asks) = mpsc::channel(1);
         let cancel = CancellationToken::new();
-        let (input_responses, request_state) = match retry {
-            Some((responses, state)) => (Some(responses), state),
-            None => (None, None),
-        };
+        let (input_responses, request_state) = split_retry(retry);
         let span = upstream_span(&server, tool, caller);
         let options = CallOptions {
             progress: Some(progress_tx),

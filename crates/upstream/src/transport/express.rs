@@ -126,9 +126,6 @@ impl Express {
         self: &Arc<Self>,
         mut params: CallToolRequestParams,
     ) -> Result<(RequestId, Pending), ServiceError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(ServiceError::TransportClosed);
-        }
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let id = RequestId::String(format!("{ID_PREFIX}{serial}").into());
         // As rmcp does for every request: a token, so the server's progress reaches the call's
@@ -149,7 +146,8 @@ impl Express {
             express: self.clone(),
             serial,
         };
-        // Registered before it is written: the answer may come back at once.
+        // Registered before it is written: the answer may come back at once. Checked after
+        // registering, so a caller registered after the end is never left waiting.
         if self.closed.load(Ordering::Acquire) {
             return Err(ServiceError::TransportClosed);
         }
@@ -275,6 +273,8 @@ pub(crate) struct ExpressStdout<R> {
     /// Inside a line too long to be an answer: the rest goes to rmcp until its end.
     passing: bool,
     ended: bool,
+    /// What one read from the child fills, kept between reads.
+    chunk: Box<[u8]>,
 }
 
 impl<R> ExpressStdout<R> {
@@ -287,6 +287,7 @@ impl<R> ExpressStdout<R> {
             given: 0,
             passing: false,
             ended: false,
+            chunk: vec![0; READ_CHUNK].into_boxed_slice(),
         }
     }
 
@@ -356,19 +357,23 @@ impl<R: AsyncRead + Unpin> AsyncRead for ExpressStdout<R> {
                 this.express.end();
                 return Poll::Ready(Ok(()));
             }
-            let mut chunk = [0u8; READ_CHUNK];
-            let mut read = ReadBuf::new(&mut chunk);
-            match Pin::new(&mut this.inner).poll_read(cx, &mut read) {
+            let mut chunk = std::mem::take(&mut this.chunk);
+            let mut read = ReadBuf::new(&mut chunk[..]);
+            let polled = Pin::new(&mut this.inner).poll_read(cx, &mut read);
+            let filled = read.filled().len();
+            match polled {
+                Poll::Ready(Ok(())) if filled == 0 => this.ended = true,
+                Poll::Ready(Ok(())) => this.absorb(&chunk[..filled]),
+                Poll::Ready(Err(_)) | Poll::Pending => {}
+            }
+            this.chunk = chunk;
+            match polled {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Err(error)) => {
                     this.express.end();
                     return Poll::Ready(Err(error));
                 }
-                Poll::Ready(Ok(())) if read.filled().is_empty() => this.ended = true,
-                Poll::Ready(Ok(())) => {
-                    let filled = read.filled().len();
-                    this.absorb(&chunk[..filled]);
-                }
+                Poll::Ready(Ok(())) => {}
             }
         }
     }
@@ -456,6 +461,18 @@ mod tests {
         })
     }
 
+    /// A `tools/call` of `echo` sent on `express`: its id and its answer to come.
+    async fn call_echo(express: &Arc<Express>) -> (String, Pending) {
+        let (id, answer) = express
+            .call(CallToolRequestParams::new("echo"))
+            .await
+            .expect("sent");
+        let RequestId::String(id) = id else {
+            panic!("a string id: {id:?}");
+        };
+        (id.to_string(), answer)
+    }
+
     #[tokio::test]
     async fn a_call_is_written_as_one_line_and_its_answer_taken_before_rmcp_reads() {
         let (gateway_in, mut server_in) = tokio::io::duplex(64 * 1024);
@@ -463,25 +480,19 @@ mod tests {
         let express = Express::new(gateway_in);
         let rmcp = rmcp_reads(ExpressStdout::new(gateway_out, express.clone()));
 
-        let (id, mut answer) = express
-            .call(CallToolRequestParams::new("echo"))
-            .await
-            .expect("sent");
-        let RequestId::String(id) = &id else {
-            panic!("a string id: {id:?}");
-        };
+        let (id, mut answer) = call_echo(&express).await;
         let mut sent = vec![0u8; 4096];
         let n = server_in.read(&mut sent).await.expect("read");
         assert_eq!(sent[n - 1], b'\n', "one whole line");
         let sent: serde_json::Value = serde_json::from_slice(&sent[..n]).expect("one line of JSON");
         assert_eq!(sent["method"], "tools/call");
-        assert_eq!(sent["id"], id.as_ref());
-        assert_eq!(sent["params"]["_meta"]["progressToken"], id.as_ref());
+        assert_eq!(sent["id"], id.as_str());
+        assert_eq!(sent["params"]["_meta"]["progressToken"], id.as_str());
 
         // rmcp's messages around the answer reach rmcp, in order; the answer does not. A
         // message that only mentions an express id is rmcp's too.
         let mut wire = b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"mcpgw-x-0\"}}\n".to_vec();
-        wire.extend(answer_line(id, "Echo: hello"));
+        wire.extend(answer_line(&id, "Echo: hello"));
         wire.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n");
         server_out.write_all(&wire).await.expect("write");
         drop(server_out);
@@ -501,13 +512,7 @@ mod tests {
         let (mut server_out, gateway_out) = tokio::io::duplex(16);
         let express = Express::new(gateway_in);
         let rmcp = rmcp_reads(ExpressStdout::new(gateway_out, express.clone()));
-        let (id, mut answer) = express
-            .call(CallToolRequestParams::new("echo"))
-            .await
-            .expect("sent");
-        let RequestId::String(id) = id else {
-            panic!("a string id");
-        };
+        let (id, mut answer) = call_echo(&express).await;
         let mut wire = answer_line("mcpgw-x-999", "nobody waits");
         wire.extend(answer_line(&id, "split"));
         let writer = tokio::spawn(async move {

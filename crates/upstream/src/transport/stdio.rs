@@ -117,9 +117,8 @@ impl ChildWatch {
 }
 
 /// The transport over a child's stdin and stdout. Closing it stops the child politely (see the
-/// module docs); dropping it kills the child's group.
-/// rmcp reads the child's stdout through [`ExpressStdout`] and writes through the session's
-/// [`Express`] lane (see `transport::express`).
+/// module docs); dropping it kills the child's group. rmcp reads the child's stdout through
+/// [`ExpressStdout`] and writes through the session's [`Express`] lane (`transport::express`).
 pub(crate) struct StdioChild {
     rw: AsyncRwTransport<RoleClient, ExpressStdout<ChildStdout>, Forward>,
     express: Arc<Express>,
