@@ -2,16 +2,25 @@
 and Debian's chromedriver, as a person would, and reports what each page showed.
 
     .peers/venv/bin/python tests/clients/console_browser.py BASE_URL TOKEN OUT_DIR \
-        [--search QUERY] [--approve TOOL] [--add-server NAME COMMAND] [--test-server NAME] \
+        [--link URL | --sign-in-form [--wrong-secret SECRET]] [--every-page] \
+        [--search QUERY] [--reject MATCH [--reason TEXT]] [--approve MATCH [--edit-arguments JSON]] \
+        [--add-server NAME COMMAND] [--toggle-server NAME] [--test-server NAME] \
         [--oauth-sign-in SERVER [--expect-tool TOOL]] [--oauth-sign-out SERVER] \
-        [--add-client NAME] [--remove-client NAME] [--trust-held TOOL]
+        [--add-client NAME] [--remove-client NAME] [--trust-held TOOL] [--sign-out]
 
-Opens BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), then every page: servers,
-tools, search (with QUERY), audit; with --add-server it fills in the servers page's "Add a
+Signs in by opening BASE_URL/ui?token=TOKEN (the link `mcpgw serve` prints), or the link URL
+exactly as given with --link; with --sign-in-form it opens BASE_URL/ui/tools instead, follows
+the redirect to the login page, types TOKEN (an admin token or an administrator's key) into its
+form (first WRONG-SECRET with --wrong-secret, reading the refusal) and presses Sign in. Then every
+page: servers, tools, search (with QUERY), audit; --every-page adds the first server's page, the
+sign-ins page and the clients page. With --add-server it fills in the servers page's "Add a
 server" form (a stdio server NAME running COMMAND), reads the note the answer shows, and opens
-the new server's page to read its tools; with --test-server it opens NAME's page, presses
-Test and reads the report or the error; with --approve it waits (up to 60 s) on the approvals
-page for a pending call of TOOL and presses its Approve button. With --oauth-sign-in it presses
+the new server's page to read its tools; with --toggle-server it presses Disable on NAME's page,
+reads its state and tools, then presses Enable and reads them again; with --test-server it
+opens NAME's page, presses Test and reads the report or the error. With --reject it waits (up
+to 60 s) on the approvals page for a pending call whose tool or arguments contain MATCH, types
+REASON and presses Reject; with --approve likewise, replacing the arguments in the card's text
+box with JSON first when --edit-arguments is given, and presses Approve. With --oauth-sign-in it presses
 SERVER's Sign in button on the sign-ins page and follows the browser through the authorization
 server (whatever it shows; the test fixture approves at once) back to the console, reads the
 sign-ins there, and with --expect-tool waits (up to 30 s) for TOOL on the tools page; with
@@ -20,7 +29,9 @@ fills in the clients page's form, reads the key shown once (the screenshot of th
 key blanked out), then opens the page again and says whether the key is still anywhere in it;
 with --remove-client it presses NAME's Remove button and reads the note. With --trust-held it
 reads TOOL's held definition on the approvals page (the fields that changed and the diff), then
-presses its "Trust the new definition" button and reads the note. A screenshot of each page goes to
+presses its "Trust the new definition" button and reads the note. With --sign-out, last, it
+presses Sign out in the menu, reads where the browser landed, puts the old session cookie back
+and opens the tools page again (a session that ended must not come back). A screenshot of each page goes to
 OUT_DIR/<page>.png. Prints one JSON object: the landing URL, the session cookie's flags, and
 per page its title and what it listed. Exit 0 when the tour ran (the test judges the report),
 1 when the browser failed.
@@ -63,7 +74,12 @@ def tour(driver, args) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {}
-    servers = visit(driver, out, args.base, f"/ui?token={args.token}", "servers")
+    if args.sign_in_form:
+        report["sign_in_form"] = sign_in_form(driver, args, out)
+        servers = visit(driver, out, args.base, "/ui", "servers")
+    else:
+        link = args.link or f"{args.base}/ui?token={args.token}"
+        servers = visit(driver, out, "", link, "servers")
     servers["rows"] = texts(driver, "table tr")[1:]
     report["landing"] = driver.current_url
     cookie = driver.get_cookie("mcpgw_console") or {}
@@ -71,6 +87,8 @@ def tour(driver, args) -> dict:
     report["servers"] = servers
     if args.add_server:
         report["add_server"] = add_server(driver, args, out)
+    if args.toggle_server:
+        report["toggle_server"] = toggle_server(driver, args, out)
     if args.test_server:
         report["test_server"] = test_server(driver, args, out)
     if args.oauth_sign_in:
@@ -98,13 +116,72 @@ def tour(driver, args) -> dict:
                 for section in driver.find_elements(By.CSS_SELECTOR, "section.list")
             },
         }
+    if args.reject:
+        report["rejection"] = decide(driver, args, out, args.reject, "reject")
     if args.approve:
-        report["approval"] = approve(driver, args, out)
+        report["approval"] = decide(driver, args, out, args.approve, "approve")
     if args.trust_held:
         report["held"] = trust_held(driver, args, out)
     audit = visit(driver, out, args.base, "/ui/audit", "audit")
     audit["rows"] = texts(driver, "table tr")[1:]
     report["audit"] = audit
+    if args.every_page:
+        report["pages"] = every_page(driver, args, out)
+    if args.sign_out:
+        report["sign_out"] = sign_out(driver, args, out)
+    return report
+
+
+def sign_in_form(driver, args, out: Path) -> dict:
+    driver.get(args.base + "/ui/tools")
+    report = {"redirected_to": driver.current_url}
+    driver.save_screenshot(str(out / "login.png"))
+    if args.wrong_secret:
+        submit_secret(driver, args.wrong_secret)
+        driver.save_screenshot(str(out / "login-refused.png"))
+        report["refused"] = {"url": driver.current_url, "why": texts(driver, "p.why")}
+    submit_secret(driver, args.token)
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav"))
+    report["landed"] = driver.current_url
+    report["title"] = driver.title
+    return report
+
+
+def submit_secret(driver, secret: str) -> None:
+    box = driver.find_element(By.NAME, "secret")
+    box.clear()
+    box.send_keys(secret)
+    driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button").click()
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def every_page(driver, args, out: Path) -> dict:
+    pages = {}
+    driver.get(args.base + "/ui")
+    links = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "#servers a")]
+    if links:
+        driver.get(links[0])
+        driver.save_screenshot(str(out / "server.png"))
+        pages["server"] = {"url": driver.current_url, "tools": texts(driver, "#tools td.name")}
+    for path, name in (("/ui/connections", "connections"), ("/ui/clients", "clients")):
+        page = visit(driver, out, args.base, path, name)
+        page["headings"] = texts(driver, "h1, h2")
+        pages[name] = page
+    return pages
+
+
+def sign_out(driver, args, out: Path) -> dict:
+    driver.get(args.base + "/ui/tools")
+    old = driver.get_cookie("mcpgw_console")
+    driver.find_element(By.CSS_SELECTOR, "nav form[action='/ui/logout'] button").click()
+    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.NAME, "secret"))
+    driver.save_screenshot(str(out / "signed-out.png"))
+    report = {"landed": driver.current_url, "cookie_left": driver.get_cookie("mcpgw_console") is not None}
+    # The old session's cookie, put back: the gateway must have ended the session itself.
+    if old:
+        driver.add_cookie({"name": old["name"], "value": old["value"], "path": old.get("path", "/ui")})
+    driver.get(args.base + "/ui/tools")
+    report["with_the_old_cookie"] = driver.current_url
     return report
 
 
@@ -131,6 +208,31 @@ def add_server(driver, args, out: Path) -> dict:
         "state": driver.find_element(By.CSS_SELECTOR, "#server td.state").text,
         "tools": texts(driver, "#tools td.name"),
     }
+
+
+def server_state(driver) -> dict:
+    return {
+        "notes": texts(driver, "#note"),
+        "state": driver.find_element(By.CSS_SELECTOR, "#server td.state").text,
+        "tools": texts(driver, "#tools td.name"),
+        "buttons": texts(driver, ".buttons button"),
+    }
+
+
+def toggle_server(driver, args, out: Path) -> dict:
+    name = args.toggle_server
+    driver.get(f"{args.base}/ui/servers/{name}")
+    before = server_state(driver)
+    driver.find_element(By.CSS_SELECTOR, "button.disable").click()
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "note"))
+    driver.save_screenshot(str(out / "server-disabled.png"))
+    disabled = server_state(driver)
+    driver.find_element(By.CSS_SELECTOR, "button.enable").click()
+    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "note"))
+    driver.save_screenshot(str(out / "server-enabled.png"))
+    enabled = server_state(driver)
+    driver.get(args.base + "/ui/tools")
+    return {"before": before, "disabled": disabled, "enabled": enabled, "catalog": texts(driver, "td.name")}
 
 
 def test_server(driver, args, out: Path) -> dict:
@@ -257,18 +359,36 @@ def remove_client(driver, args, out: Path) -> dict:
     return {"note": " ".join(texts(driver, "#note")), "clients": clients(driver)}
 
 
-def approve(driver, args, out: Path) -> dict:
+def decide(driver, args, out: Path, match: str, verdict: str) -> dict:
+    """Presses Approve or Reject on the first waiting call whose card or arguments hold MATCH."""
     deadline = time.time() + 60
     while time.time() < deadline:
         driver.get(args.base + "/ui/approvals")
-        cards = [c for c in driver.find_elements(By.CSS_SELECTOR, "div.approval") if args.approve in c.text]
+        cards = [
+            c
+            for c in driver.find_elements(By.CSS_SELECTOR, "div.approval")
+            if match in c.text or match in (c.find_element(By.NAME, "arguments").get_property("value") or "")
+        ]
         if cards:
+            card = cards[0]
             driver.save_screenshot(str(out / "approvals.png"))
-            cards[0].find_element(By.CSS_SELECTOR, "button.approve").click()
+            if verdict == "approve" and args.edit_arguments is not None:
+                box = card.find_element(By.NAME, "arguments")
+                box.clear()
+                box.send_keys(args.edit_arguments)
+                driver.save_screenshot(str(out / "approvals-edited.png"))
+            if verdict == "reject" and args.reason:
+                card.find_element(By.NAME, "reason").send_keys(args.reason)
+            card.find_element(By.CSS_SELECTOR, f"button.{verdict}").click()
             # The form's answer is the approvals page again, with a note saying what happened.
             WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.note"))
-            driver.save_screenshot(str(out / "approvals-decided.png"))
-            return {"found": True, "note": " ".join(texts(driver, "p.note"))}
+            decided = {"approve": "approved", "reject": "rejected"}[verdict]
+            driver.save_screenshot(str(out / f"approvals-{decided}.png"))
+            return {
+                "found": True,
+                "note": " ".join(texts(driver, "p.note")),
+                "still_waiting": len(driver.find_elements(By.CSS_SELECTOR, "div.approval")),
+            }
         time.sleep(0.5)
     driver.save_screenshot(str(out / "approvals.png"))
     return {"found": False, "note": ""}
@@ -298,8 +418,17 @@ def main() -> int:
     parser.add_argument("base")
     parser.add_argument("token")
     parser.add_argument("out_dir")
+    parser.add_argument("--link", metavar="URL")
+    parser.add_argument("--sign-in-form", action="store_true")
+    parser.add_argument("--wrong-secret", metavar="SECRET")
+    parser.add_argument("--every-page", action="store_true")
+    parser.add_argument("--sign-out", action="store_true")
     parser.add_argument("--search")
-    parser.add_argument("--approve")
+    parser.add_argument("--approve", metavar="MATCH")
+    parser.add_argument("--edit-arguments", metavar="JSON")
+    parser.add_argument("--reject", metavar="MATCH")
+    parser.add_argument("--reason")
+    parser.add_argument("--toggle-server", metavar="NAME")
     parser.add_argument("--add-server", nargs=2, metavar=("NAME", "COMMAND"))
     parser.add_argument("--test-server", metavar="NAME")
     parser.add_argument("--oauth-sign-in", metavar="SERVER")

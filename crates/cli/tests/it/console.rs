@@ -56,6 +56,45 @@ fn admin_token(gateway: &Gateway) -> String {
         .to_owned()
 }
 
+/// The console link `serve` printed in its banner (`  console:     http://...`).
+fn banner_link(gateway: &Gateway) -> String {
+    let mut link = None;
+    wait_until("the banner's console link", Duration::from_secs(30), || {
+        link = gateway
+            .log_text()
+            .lines()
+            .find_map(|line| line.trim_start().strip_prefix("console:"))
+            .map(|rest| rest.trim().to_owned());
+        link.is_some()
+    });
+    link.unwrap_or_default()
+}
+
+/// The calls waiting for a person, as the admin API lists them.
+fn pending_approvals(gateway: &Gateway) -> Vec<Value> {
+    let answer: Value = reqwest::blocking::Client::new()
+        .get(format!(
+            "http://127.0.0.1:{}/admin/v1/approvals",
+            gateway.port
+        ))
+        .header("x-mcpgw-admin-token", admin_token(gateway))
+        .send()
+        .and_then(|r| r.json())
+        .expect("the approvals");
+    answer["approvals"].as_array().cloned().unwrap_or_default()
+}
+
+/// A real Python SDK client without elicitation calling `fs__write_file`, in the background:
+/// its destructive call waits for a person.
+fn waiting_write(gateway: &Gateway, path: &Path, content: &str) -> thread::JoinHandle<Value> {
+    let url = gateway.url();
+    let call = json!({"op": "call_tool", "name": "call_tool", "arguments": {
+        "name": "fs__write_file",
+        "arguments": {"path": path.display().to_string(), "content": content}
+    }});
+    thread::spawn(move || py_client(&["--url", &url], "legacy", json!([call])))
+}
+
 #[test]
 fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting_call() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -64,23 +103,34 @@ fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting
     let base = format!("http://127.0.0.1:{}", gateway.port);
     let token = admin_token(&gateway);
 
-    // A client without elicitation: its destructive call waits for a person.
-    let target = dir.join("from-the-console.txt");
-    let caller = {
-        let url = gateway.url();
-        let call = json!({"op": "call_tool", "name": "call_tool", "arguments": {
-            "name": "fs__write_file",
-            "arguments": {"path": target.display().to_string(), "content": "approved in a browser"}
-        }});
-        thread::spawn(move || py_client(&["--url", &url], "legacy", json!([call])))
-    };
+    // Two calls wait for a person: one is approved with other arguments, one rejected.
+    let asked = dir.join("from-the-console.txt");
+    let edited = dir.join("edited-in-the-console.txt");
+    let refused = dir.join("rejected-in-the-console.txt");
+    let approved_caller = waiting_write(&gateway, &asked, "approved in a browser");
+    let rejected_caller = waiting_write(&gateway, &refused, "never written");
+    wait_until("two calls to wait", Duration::from_secs(60), || {
+        pending_approvals(&gateway).len() == 2
+    });
 
+    // The browser opens the link as `serve` printed it.
+    let link = banner_link(&gateway);
+    assert_eq!(
+        link,
+        format!("{base}/ui?token={token}"),
+        "the banner's link"
+    );
     let out = artifacts();
+    let edit = json!({"path": edited.display().to_string(), "content": "edited in a browser"});
     let browser = Command::new(venv_bin("python"))
         .arg(repo_root().join("tests/clients/console_browser.py"))
-        .args([&base, &token])
+        .args([&base, "unused: the link carries the token"])
         .arg(&out)
-        .args(["--search", "write a file", "--approve", "fs__write_file"])
+        .args(["--link", &link, "--every-page", "--search", "write a file"])
+        .args(["--reject", "rejected-in-the-console.txt"])
+        .args(["--reason", "not this file"])
+        .args(["--approve", "from-the-console.txt"])
+        .args(["--edit-arguments", &edit.to_string()])
         .output()
         .expect("the browser driver runs");
     assert!(
@@ -115,23 +165,78 @@ fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting
         lists["hybrid"].to_string().contains("fs__write_file"),
         "{lists}"
     );
-    assert_eq!(report["approval"]["found"], true, "{report}");
+
+    // Rejected with a reason: the client's call fails with it, and nothing was written.
+    let rejection = &report["rejection"];
+    assert_eq!(rejection["found"], true, "{report}");
     assert!(
-        report["approval"]["note"]
+        rejection["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("Rejected")),
+        "{rejection}"
+    );
+    let client = rejected_caller.join().expect("client thread");
+    let step = &client["steps"][0];
+    assert_eq!(step["isError"], true, "{client}");
+    assert!(
+        result_text(step).contains("was rejected by local (not this file); the tool was not run"),
+        "the client reads the rejection: {client}"
+    );
+    assert!(!refused.exists(), "a rejected call does not run");
+
+    // Approved with the arguments edited in the page: the call ran with those, and the client
+    // reads the edited path in the tool's answer.
+    let approval = &report["approval"];
+    assert_eq!(approval["found"], true, "{report}");
+    assert!(
+        approval["note"]
             .as_str()
             .is_some_and(|n| n.contains("Approved")),
         "{report}"
     );
-
-    // The waiting client's call completed with the approval.
-    let client = caller.join().expect("client thread");
-    assert_eq!(client["steps"][0]["isError"], false, "{client}");
-    assert_eq!(
-        std::fs::read_to_string(&target).expect("written"),
-        "approved in a browser"
+    assert_eq!(approval["still_waiting"], 0, "both decided: {approval}");
+    let client = approved_caller.join().expect("client thread");
+    let step = &client["steps"][0];
+    assert_eq!(step["isError"], false, "{client}");
+    assert!(
+        result_text(step).contains(&format!("Successfully wrote to {}", edited.display())),
+        "the client's call ran with the edited arguments: {client}"
     );
+    assert_eq!(
+        std::fs::read_to_string(&edited).expect("written"),
+        "edited in a browser"
+    );
+    assert!(!asked.exists(), "the arguments as asked did not run");
+    assert!(pending_approvals(&gateway).is_empty());
+
+    // Every other page opened: a server's own page with its tools, sign-ins, clients.
+    let pages = &report["pages"];
+    assert_eq!(
+        pages["server"]["url"],
+        format!("{base}/ui/servers/fs"),
+        "{pages}"
+    );
+    assert!(
+        pages["server"]["tools"]
+            .to_string()
+            .contains("fs__write_file"),
+        "{pages}"
+    );
+    assert!(
+        pages["connections"]["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Sign-ins")),
+        "{pages}"
+    );
+    assert!(
+        pages["clients"]["title"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Clients")),
+        "{pages}"
+    );
+
     wait_until(
-        "the call in the audit page",
+        "both decisions in the audit page",
         Duration::from_secs(10),
         || {
             let audit = Command::new(venv_bin("python"))
@@ -140,10 +245,24 @@ fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting
                 .arg(out.join("audit-after"))
                 .output()
                 .expect("the browser driver runs");
-            String::from_utf8_lossy(&audit.stdout).contains("approved")
+            let report: Value = serde_json::from_slice(&audit.stdout).unwrap_or_default();
+            let rows = report["audit"]["rows"].to_string();
+            rows.contains("fs__write_file approved ok") && rows.contains("fs__write_file rejected")
         },
     );
-    for page in ["servers", "tools", "search", "approvals", "audit"] {
+    for page in [
+        "servers",
+        "server",
+        "tools",
+        "search",
+        "approvals",
+        "approvals-edited",
+        "approvals-rejected",
+        "approvals-approved",
+        "connections",
+        "clients",
+        "audit",
+    ] {
         assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
     }
 }
@@ -161,6 +280,7 @@ fn in_chromium_a_server_is_added_from_the_console_form_and_a_failing_one_is_test
         .args([&base, &token])
         .arg(&out)
         .args(["--add-server", "time", &venv_bin("mcp-server-time")])
+        .args(["--toggle-server", "time"])
         .args(["--test-server", "broken"])
         .output()
         .expect("the browser driver runs");
@@ -194,6 +314,47 @@ fn in_chromium_a_server_is_added_from_the_console_form_and_a_failing_one_is_test
         tools.contains("time__convert_time"),
         "and in the catalog: {tools}"
     );
+
+    // Disabled from its page: no tools, and the button says Enable; enabled again: its tools
+    // come back, on its page and in the catalog.
+    let toggled = &report["toggle_server"];
+    let time_tools = json!(["time__get_current_time", "time__convert_time"]);
+    assert_eq!(
+        toggled["before"]["buttons"],
+        json!(["Test", "Disable", "Remove"]),
+        "{toggled}"
+    );
+    let disabled = &toggled["disabled"];
+    assert!(
+        disabled["notes"].to_string().contains("Disabled time."),
+        "{toggled}"
+    );
+    assert_eq!(disabled["state"], "disabled", "{toggled}");
+    assert_eq!(disabled["tools"], json!([]), "{toggled}");
+    assert_eq!(
+        disabled["buttons"],
+        json!(["Test", "Enable", "Remove"]),
+        "{toggled}"
+    );
+    let enabled = &toggled["enabled"];
+    let note = enabled["notes"].to_string();
+    assert!(
+        note.contains("Enabled time.") && note.contains("time: ready, 2 tools"),
+        "{toggled}"
+    );
+    assert_eq!(enabled["state"], "ready", "{toggled}");
+    assert_eq!(enabled["tools"], time_tools, "{toggled}");
+    assert_eq!(
+        enabled["buttons"],
+        json!(["Test", "Disable", "Remove"]),
+        "{toggled}"
+    );
+    let catalog = toggled["catalog"].to_string();
+    assert!(
+        catalog.contains("time__get_current_time") && catalog.contains("time__convert_time"),
+        "back in the catalog: {catalog}"
+    );
+
     let file = std::fs::read_to_string(gateway.log.with_file_name("mcpgw.toml")).expect("file");
     assert!(
         file.contains(&format!(
@@ -210,7 +371,18 @@ fn in_chromium_a_server_is_added_from_the_console_form_and_a_failing_one_is_test
         error.contains("could not connect to 'broken'") && error.contains("connection refused"),
         "the failing server's error, in words: {tested}"
     );
-    for page in ["server-add-form", "server-added", "server", "server-test"] {
+    assert!(
+        !file.contains("enabled = false"),
+        "enabled again in the file: {file}"
+    );
+    for page in [
+        "server-add-form",
+        "server-added",
+        "server",
+        "server-disabled",
+        "server-enabled",
+        "server-test",
+    ] {
         assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
     }
 }
@@ -626,6 +798,78 @@ fn in_chromium_a_client_key_is_shown_once_works_and_stops_working_when_removed()
     let (status, _, body) = initialize(&gateway.url(), Some(&format!("Bearer {key}")));
     assert_eq!(status, 401, "removed: {body}");
     for page in ["add/clients-added", "add/clients", "remove/clients-removed"] {
+        assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
+
+/// On a keyed listener the banner's console link carries no secret; the login page asks for a
+/// key, refuses a client's key whose profile is not an administrator's, and takes an
+/// administrator's; signing out from the menu ends the session in the gateway, so its cookie put
+/// back opens nothing.
+#[test]
+fn in_chromium_an_administrators_key_signs_in_through_the_login_form_and_signing_out_ends_the_session()
+ {
+    let profiles = "[[profiles]]\nname = \"ops\"\nclients = [\"boss\"]\nadmin = true\n\n\
+                    [[profiles]]\nname = \"viewer\"\nclients = [\"ci\"]\nallow = [\"time__get_current_time\"]\n";
+    let (config, _) = listening_config("", &format!("{}\n{profiles}", time_stdio_server("time")));
+    let boss = add_client(&config.path, "boss");
+    let ci = add_client(&config.path, "ci");
+    let gateway = Gateway::start_configured(config, |_| {});
+    let base = format!("http://127.0.0.1:{}", gateway.port);
+    assert_eq!(
+        banner_link(&gateway),
+        format!("{base}/ui (sign in with the key of an administrator's client)"),
+        "no token in a keyed listener's link"
+    );
+    let out = artifacts().join("sign-in");
+    let report = browse(
+        &gateway,
+        &boss,
+        &out,
+        &["--sign-in-form", "--wrong-secret", &ci, "--sign-out"],
+    );
+    let signed = &report["sign_in_form"];
+    assert_eq!(
+        signed["redirected_to"],
+        format!("{base}/ui/login"),
+        "{signed}"
+    );
+    assert_eq!(
+        signed["refused"]["why"],
+        json!(["Not the key of a client whose profile has admin = true."]),
+        "a viewer's key is refused: {signed}"
+    );
+    assert_eq!(signed["landed"], format!("{base}/ui"), "{signed}");
+    assert_eq!(report["landing"], format!("{base}/ui"), "{report}");
+    assert_eq!(report["cookie"]["httpOnly"], true, "{report}");
+    assert_eq!(report["cookie"]["sameSite"], "Strict", "{report}");
+    assert!(
+        report["servers"]["rows"].to_string().contains("time"),
+        "{report}"
+    );
+    let tools = report["tools"]["names"].to_string();
+    assert!(
+        tools.contains("time__get_current_time") && tools.contains("time__convert_time"),
+        "a page loads after signing in: {tools}"
+    );
+
+    let out_of = &report["sign_out"];
+    assert_eq!(out_of["landed"], format!("{base}/ui/login"), "{out_of}");
+    assert_eq!(
+        out_of["cookie_left"], false,
+        "the cookie is cleared: {out_of}"
+    );
+    assert_eq!(
+        out_of["with_the_old_cookie"],
+        format!("{base}/ui/login"),
+        "the session ended in the gateway: {out_of}"
+    );
+    let log = gateway.log_text();
+    assert!(
+        !log.contains(&boss) && !log.contains(&ci),
+        "no key in the log"
+    );
+    for page in ["login", "login-refused", "servers", "tools", "signed-out"] {
         assert!(out.join(format!("{page}.png")).is_file(), "{page}.png");
     }
 }

@@ -2,7 +2,11 @@
 //! real `mcpgw serve` with the admin token file as its bearer credentials, and its HTTP API is
 //! asked for the series the calls of a real MCP client made.
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
 
 use serde_json::{Value, json};
 
@@ -53,15 +57,83 @@ fn prometheus_value(port: u16, query: &str) -> Option<f64> {
         .ok()
 }
 
+/// Debian's Prometheus, scraping `gateway` every second with its admin token file: its port.
+fn start_prometheus(gateway: &Gateway, dir: &Path) -> (Proc, u16) {
+    let token_file = gateway.log.with_file_name("admin-token");
+    let port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mcpgw\n    metrics_path: /metrics\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            token_file.display(),
+            gateway.port
+        ),
+    )
+    .expect("prometheus.yml");
+    let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
+    let prometheus = Proc::spawn(
+        "prometheus",
+        Command::new(prometheus_bin())
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log),
+    );
+    (prometheus, port)
+}
+
+/// Waits until Prometheus has `query` at `value`.
+fn wait_prometheus(port: u16, query: &str, value: f64) {
+    let mut seen = None;
+    wait_until(
+        &format!("Prometheus to have {query} = {value}"),
+        Duration::from_secs(60),
+        || {
+            seen = prometheus_value(port, query);
+            seen == Some(value)
+        },
+    );
+}
+
+/// Waits until a scrape has `series` at `value`.
+fn wait_scraped(gateway: &Gateway, series: &str, value: f64) {
+    wait_until(
+        &format!("{series} = {value} in a scrape"),
+        Duration::from_secs(30),
+        || scraped(gateway, series) == Some(value),
+    );
+}
+
 #[test]
 fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
+    // Every call of get-sum waits for a person.
     let gateway = Gateway::start(write_config(&format!(
-        "{}\n[retrieval]\nstrategy = \"bm25\"\n",
+        "{}\n[retrieval]\nstrategy = \"bm25\"\n\n[[approval.rules]]\ntools = [\"everything__get-sum\"]\naction = \"require\"\n",
         everything_stdio_server("everything")
     )));
     let token_file = gateway.log.with_file_name("admin-token");
     let token = std::fs::read_to_string(&token_file).expect("admin token file");
     let token = token.trim();
+    // Prometheus itself, scraping every second with the token file, from the start.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_prometheus, port) = start_prometheus(&gateway, dir.path());
+    let written = |gateway: &Gateway| {
+        scraped(gateway, "mcpgw_audit_rows_written_total").expect("audit rows written")
+    };
+    let written_at_start = written(&gateway);
+    assert_eq!(
+        scraped(
+            &gateway,
+            "mcpgw_search_duration_seconds_count{strategy=\"bm25\"}"
+        ),
+        None,
+        "no search yet"
+    );
 
     // A real client: a search, a call that works and one to a tool nobody has.
     let report = py_client(
@@ -88,13 +160,27 @@ fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
     for line in [
         "mcpgw_tool_calls_total{server=\"everything\",tool=\"everything__echo\",decision=\"allowed\",outcome=\"ok\"} 1",
+        "mcpgw_tool_call_duration_seconds_count{server=\"everything\"} 1",
         "mcpgw_searches_total{strategy=\"bm25\"} 1",
+        "mcpgw_search_duration_seconds_count{strategy=\"bm25\"} 1",
         "mcpgw_upstream_up{server=\"everything\"} 1",
+        "mcpgw_upstream_state{server=\"everything\",state=\"ready\"} 1",
         "mcpgw_sessions_opened_total 1",
         "mcpgw_sessions_open 0",
+        "mcpgw_approvals_pending 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+    // The search's time was observed: its sum is that of one real search.
+    let search_seconds = scraped(
+        &gateway,
+        "mcpgw_search_duration_seconds_sum{strategy=\"bm25\"}",
+    )
+    .expect("the search's time");
+    assert!(
+        search_seconds > 0.0 && search_seconds < 10.0,
+        "{search_seconds}"
+    );
     // An unknown name is refused before any record exists; were it ever counted, the name a
     // client made up must not become a label value.
     assert!(
@@ -102,33 +188,68 @@ fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
         "a name the client made up is no label value:\n{text}"
     );
     assert!(text.contains("mcpgw_upstream_call_duration_seconds_count{server=\"everything\"} 1"));
+    // The echo call's audit row is written (the writer works in the background).
+    wait_until("the call's audit row", Duration::from_secs(30), || {
+        written(&gateway) > written_at_start
+    });
+    let written_after_echo = written(&gateway);
 
-    // Prometheus itself, scraping every second with the token file.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mcpgw\n    metrics_path: /metrics\n    authorization:\n      type: Bearer\n      credentials_file: {}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-            token_file.display(),
+    // A call waiting for a person is pending, in a scrape and in Prometheus, until approved.
+    let waiting = {
+        let url = gateway.url();
+        std::thread::spawn(move || {
+            py_client(
+                &["--url", &url],
+                "legacy",
+                json!([{"op": "call_tool", "name": "call_tool",
+                        "arguments": {"name": "everything__get-sum", "arguments": {"a": 2, "b": 3}}}]),
+            )
+        })
+    };
+    wait_scraped(&gateway, "mcpgw_approvals_pending", 1.0);
+    wait_prometheus(port, "mcpgw_approvals_pending", 1.0);
+    let admin = reqwest::blocking::Client::new();
+    let pending: Value = admin
+        .get(format!(
+            "http://127.0.0.1:{}/admin/v1/approvals",
             gateway.port
-        ),
-    )
-    .expect("prometheus.yml");
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log");
-    let _prometheus = Proc::spawn(
-        "prometheus",
-        Command::new(prometheus_bin())
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log),
+        ))
+        .header("x-mcpgw-admin-token", token)
+        .send()
+        .and_then(|r| r.json())
+        .expect("the approvals");
+    let id = pending["approvals"][0]["id"]
+        .as_str()
+        .expect("an approval id");
+    let approved = admin
+        .post(format!(
+            "http://127.0.0.1:{}/admin/v1/approvals/{id}/approve",
+            gateway.port
+        ))
+        .header("x-mcpgw-admin-token", token)
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .expect("gateway reachable");
+    assert_eq!(approved.status().as_u16(), 200);
+    let summed = waiting.join().expect("client thread");
+    assert_eq!(summed["steps"][0]["isError"], false, "{summed}");
+    assert!(summed.to_string().contains('5'), "{summed}");
+    wait_scraped(&gateway, "mcpgw_approvals_pending", 0.0);
+    wait_prometheus(port, "mcpgw_approvals_pending", 0.0);
+    wait_until(
+        "the approved call's audit row",
+        Duration::from_secs(30),
+        || written(&gateway) > written_after_echo,
     );
+    assert_eq!(
+        scraped(
+            &gateway,
+            "mcpgw_tool_calls_total{server=\"everything\",tool=\"everything__get-sum\",decision=\"approved\",outcome=\"ok\"}"
+        ),
+        Some(1.0)
+    );
+
     let mut calls = None;
     wait_until(
         "Prometheus to have scraped mcpgw's calls",
@@ -148,18 +269,40 @@ fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
         Some(1.0)
     );
     assert_eq!(
+        prometheus_value(
+            port,
+            "mcpgw_upstream_state{server=\"everything\",state=\"ready\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
         prometheus_value(port, "mcpgw_searches_total{strategy=\"bm25\"}"),
         Some(1.0)
     );
-    // The series of work this gateway has not done are there, at zero, under valid names.
     assert_eq!(
-        prometheus_value(port, "mcpgw_embedding_cache_misses_total"),
-        Some(0.0)
+        prometheus_value(
+            port,
+            "mcpgw_search_duration_seconds_count{strategy=\"bm25\"}"
+        ),
+        Some(1.0)
     );
-    assert_eq!(
-        prometheus_value(port, "mcpgw_oauth_refreshes_total{outcome=\"ok\"}"),
-        Some(0.0)
+    // Prometheus catches up with the rows written (they only grow).
+    let rows = written(&gateway);
+    wait_prometheus(port, "mcpgw_audit_rows_written_total", rows);
+    assert!(
+        rows > written_at_start + 1.0,
+        "{written_at_start} -> {rows}"
     );
+    // The series of work this gateway has not done are there, at zero, under valid names. No
+    // audit row was dropped: dropping needs the writer's queue of 8192 rows to fill faster
+    // than the database writes, which is not driven here (the writer's unit test drives it).
+    for series in [
+        "mcpgw_embedding_cache_misses_total",
+        "mcpgw_oauth_refreshes_total{outcome=\"ok\"}",
+        "mcpgw_audit_rows_dropped_total",
+    ] {
+        assert_eq!(prometheus_value(port, series), Some(0.0), "{series}");
+    }
 }
 
 /// The value of `series` (name and labels, as scraped) in a scrape of `gateway`'s `/metrics`.

@@ -1,6 +1,7 @@
 //! Reloading the configuration of a running `mcpgw serve` (SIGHUP and the file watch): servers
-//! added, removed, changed and kept (the same child process), a broken file that changes
-//! nothing and says why, and keys only a restart applies.
+//! added, removed, changed and kept (the same child process), connected clients told of an added
+//! and of a removed server's tools, a broken file that changes nothing and says why, and keys
+//! only a restart applies.
 
 use std::{
     path::{Path, PathBuf},
@@ -178,6 +179,71 @@ fn sighup_adds_a_server_and_connected_clients_of_both_eras_hear_of_its_tools() {
     let log = gateway.log_text();
     assert!(log.contains("SIGHUP: reloading the configuration"), "{log}");
     assert_eq!(log.matches("configuration reloaded").count(), 1, "{log}");
+}
+
+#[test]
+fn sighup_removes_a_server_and_connected_clients_of_both_eras_hear_its_tools_are_gone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = |name: &str| dir.path().join(format!("{name}.pids"));
+    let kept_only = format!("{PASSTHROUGH}{}", clock("kept", &pids("kept"), ""));
+    let gateway = Gateway::start(write_config(&format!(
+        "{kept_only}{}",
+        clock("gone", &pids("gone"), "")
+    )));
+    let (kept, gone) = (only_pid(&pids("kept")), only_pid(&pids("gone")));
+
+    let eras = ["legacy", "modern"];
+    let file = |era: &str, what: &str| dir.path().join(format!("{era}.{what}"));
+    let mut clients: Vec<Proc> = eras
+        .iter()
+        .map(|era| waiting_client(&gateway, era, &file(era, "ready"), &file(era, "json")))
+        .collect();
+    wait_until("both clients to listen", Duration::from_secs(60), || {
+        eras.iter().all(|era| file(era, "ready").exists())
+    });
+
+    rewrite(&gateway, &kept_only);
+    sighup(&gateway);
+    let status = wait_reloaded(&gateway, "ok", 1);
+    assert_eq!(status["error"], Value::Null, "{status}");
+
+    wait_until("the clients to finish", Duration::from_secs(90), || {
+        clients
+            .iter_mut()
+            .all(|client| client.child.try_wait().ok().flatten().is_some())
+    });
+    for era in eras {
+        let text = std::fs::read_to_string(file(era, "json")).expect("output");
+        let report: Value = serde_json::from_str(&text).expect("client report");
+        let steps = report["steps"].as_array().expect("steps");
+        let (before, heard, after) = (
+            &steps[steps.len() - 4],
+            &steps[steps.len() - 2],
+            &steps[steps.len() - 1],
+        );
+        // `count` only when it came (a timeout says `timedOut`).
+        assert_eq!(heard["count"], 1, "{era}: {report}");
+        assert!(
+            tool_names(before).contains(&"gone__get_current_time".to_owned()),
+            "{era}: {report}"
+        );
+        assert!(
+            !tool_names(after).iter().any(|n| n.starts_with("gone__")),
+            "{era}: the removed server's tools are gone: {report}"
+        );
+        assert!(
+            tool_names(after).contains(&"kept__get_current_time".to_owned()),
+            "{era}: {report}"
+        );
+    }
+    wait_until(
+        "the removed server's child to exit",
+        Duration::from_secs(15),
+        || !alive(gone),
+    );
+    // The unchanged server kept its process.
+    assert_eq!(only_pid(&pids("kept")), kept);
+    assert!(alive(kept));
 }
 
 #[test]

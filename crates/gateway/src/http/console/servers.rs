@@ -285,7 +285,8 @@ fn server_buttons(name: &str, enabled: bool, csrf: &str) -> String {
         button("enable", "Enable")
     };
     format!(
-        "<p class=\"buttons\">{}{toggle}{}</p>",
+        // A `div`: a `form` inside a `p` would close the paragraph, leaving the buttons outside.
+        "<div class=\"buttons\">{}{toggle}{}</div>",
         button("test", "Test"),
         button("remove", "Remove")
     )
