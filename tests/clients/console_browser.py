@@ -46,6 +46,7 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -141,7 +142,6 @@ def sign_in_form(driver, args, out: Path) -> dict:
         driver.save_screenshot(str(out / "login-refused.png"))
         report["refused"] = {"url": driver.current_url, "why": texts(driver, "p.why")}
     submit_secret(driver, args.token)
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav"))
     report["landed"] = driver.current_url
     report["title"] = driver.title
     return report
@@ -151,8 +151,7 @@ def submit_secret(driver, secret: str) -> None:
     box = driver.find_element(By.NAME, "secret")
     box.clear()
     box.send_keys(secret)
-    driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button").click()
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    click_to_next_page(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/ui/login'] button"))
 
 
 def every_page(driver, args, out: Path) -> dict:
@@ -173,8 +172,7 @@ def every_page(driver, args, out: Path) -> dict:
 def sign_out(driver, args, out: Path) -> dict:
     driver.get(args.base + "/ui/tools")
     old = driver.get_cookie("mcpgw_console")
-    driver.find_element(By.CSS_SELECTOR, "nav form[action='/ui/logout'] button").click()
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.NAME, "secret"))
+    click_to_next_page(driver, driver.find_element(By.CSS_SELECTOR, "nav form[action='/ui/logout'] button"))
     driver.save_screenshot(str(out / "signed-out.png"))
     report = {"landed": driver.current_url, "cookie_left": driver.get_cookie("mcpgw_console") is not None}
     # The old session's cookie, put back: the gateway must have ended the session itself.
@@ -210,6 +208,15 @@ def add_server(driver, args, out: Path) -> dict:
     }
 
 
+def click_to_next_page(driver, button) -> None:
+    """Presses a form's button and waits until the page it answers with has replaced this one
+    (a wait for an element alone could find it on the old page)."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, 60).until(staleness_of(old))
+    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def server_state(driver) -> dict:
     return {
         "notes": texts(driver, "#note"),
@@ -223,12 +230,10 @@ def toggle_server(driver, args, out: Path) -> dict:
     name = args.toggle_server
     driver.get(f"{args.base}/ui/servers/{name}")
     before = server_state(driver)
-    driver.find_element(By.CSS_SELECTOR, "button.disable").click()
-    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "note"))
+    click_to_next_page(driver, driver.find_element(By.CSS_SELECTOR, "button.disable"))
     driver.save_screenshot(str(out / "server-disabled.png"))
     disabled = server_state(driver)
-    driver.find_element(By.CSS_SELECTOR, "button.enable").click()
-    WebDriverWait(driver, 60).until(lambda d: d.find_elements(By.ID, "note"))
+    click_to_next_page(driver, driver.find_element(By.CSS_SELECTOR, "button.enable"))
     driver.save_screenshot(str(out / "server-enabled.png"))
     enabled = server_state(driver)
     driver.get(args.base + "/ui/tools")
@@ -371,7 +376,10 @@ def decide(driver, args, out: Path, match: str, verdict: str) -> dict:
         ]
         if cards:
             card = cards[0]
-            driver.save_screenshot(str(out / "approvals.png"))
+            # The page as the first decision found it (with --reject and --approve, both waiting).
+            if not getattr(args, "approvals_shot", False):
+                driver.save_screenshot(str(out / "approvals.png"))
+                args.approvals_shot = True
             if verdict == "approve" and args.edit_arguments is not None:
                 box = card.find_element(By.NAME, "arguments")
                 box.clear()
@@ -379,9 +387,8 @@ def decide(driver, args, out: Path, match: str, verdict: str) -> dict:
                 driver.save_screenshot(str(out / "approvals-edited.png"))
             if verdict == "reject" and args.reason:
                 card.find_element(By.NAME, "reason").send_keys(args.reason)
-            card.find_element(By.CSS_SELECTOR, f"button.{verdict}").click()
             # The form's answer is the approvals page again, with a note saying what happened.
-            WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, "p.note"))
+            click_to_next_page(driver, card.find_element(By.CSS_SELECTOR, f"button.{verdict}"))
             decided = {"approve": "approved", "reject": "rejected"}[verdict]
             driver.save_screenshot(str(out / f"approvals-{decided}.png"))
             return {

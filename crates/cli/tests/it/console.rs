@@ -1,22 +1,27 @@
 //! The web console (`/ui`) in a real browser: Debian's headless Chromium, driven by Selenium
 //! (`tests/clients/console_browser.py`), against a real `mcpgw serve` with the filesystem
 //! server and a server that cannot be reached. The browser signs in through the link `serve`
-//! prints, reads the servers (the failing one with its cause), the tools and three ranked
-//! search lists, approves a call a real Python SDK client is waiting on (the call then
-//! completes), and finds it in the audit log. In a second run it adds a stdio server (the
-//! Python `mcp-server-time`) from the servers page's form and finds its tools on its page, and
-//! tests the unreachable server and reads why it failed. On the sign-ins page it signs in to
-//! an OAuth upstream (tests/fixtures/oauth_server.py) through the authorization server and
-//! back, sees the server's tool listed and called by a real client, and signs out again. On
-//! the clients page of a keyed gateway it adds a client key, reads it once, uses it on `/mcp`,
-//! finds it gone from the page when opened again, and removes it (the key then refused). A
-//! screenshot of each page is kept under `target/test-artifacts/console/`. Without a browser,
-//! the session and form rules: no page without a session, a wrong token refused, a form with a
-//! stale CSRF token refused, a cross-site form post refused by the guard, every form of the
-//! sign-ins and clients pages refused without the session or its CSRF token (and nothing
-//! changed); and the server forms: a pasted `mcpServers` snippet added, disabled and removed,
-//! each in the file, a server the loader refuses shown with its problem (escaped) and the file
-//! untouched.
+//! prints in its banner, reads the servers (the failing one with its cause), the tools, three
+//! ranked search lists, a server's page, the sign-ins and clients pages; of two calls real
+//! Python SDK clients are waiting on it rejects one with a reason (that call fails with it) and
+//! approves the other with its arguments edited (that call runs with them), and finds both in
+//! the audit log. In a second run it adds a stdio server (the Python `mcp-server-time`) from the
+//! servers page's form and finds its tools on its page, disables and enables it from there (its
+//! tools go and come back), and tests the unreachable server and reads why it failed. On a keyed
+//! gateway it signs in through `/ui/login` with an administrator's key (another client's key
+//! refused) and signs out (the session's cookie, put back, opens nothing). On the sign-ins page
+//! it signs in to an OAuth upstream (tests/fixtures/oauth_server.py) through the authorization
+//! server and back, sees the server's tool listed and called by a real client, and signs out
+//! again. On the clients page of a keyed gateway it adds a client key, reads it once, uses it on
+//! `/mcp`, finds it gone from the page when opened again, and removes it (the key then refused).
+//! A held definition is shown with its diff and trusted. A screenshot of each page is kept under
+//! `target/test-artifacts/console/` (`scripts/console-screenshots.sh` copies the docs' ones).
+//! Without a browser, the session and form rules: no page without a session, a wrong token
+//! refused, a form with a stale CSRF token refused, a cross-site form post refused by the guard,
+//! every form of the sign-ins and clients pages refused without the session or its CSRF token
+//! (and nothing changed); and the server forms: a pasted `mcpServers` snippet added, disabled
+//! and removed, each in the file, a server the loader refuses shown with its problem (escaped)
+//! and the file untouched.
 
 use std::{
     path::{Path, PathBuf},

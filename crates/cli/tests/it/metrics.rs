@@ -1,6 +1,7 @@
 //! `/metrics` as Prometheus sees it: a real Prometheus server (Debian's `prometheus`) scrapes a
 //! real `mcpgw serve` with the admin token file as its bearer credentials, and its HTTP API is
-//! asked for the series the calls of a real MCP client made.
+//! asked for the series the calls of a real MCP client made: calls, their and the searches'
+//! durations, upstream state, a call waiting for approval, audit rows written.
 
 use std::{
     path::{Path, PathBuf},
