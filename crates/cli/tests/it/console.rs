@@ -77,9 +77,14 @@ fn banner_link(gateway: &Gateway) -> String {
 
 /// The calls waiting for a person, as the admin API lists them.
 fn pending_approvals(gateway: &Gateway) -> Vec<Value> {
+    approvals(gateway, "pending")
+}
+
+/// The approvals the admin API lists under `status` (`pending` or `all`).
+fn approvals(gateway: &Gateway, status: &str) -> Vec<Value> {
     let answer: Value = reqwest::blocking::Client::new()
         .get(format!(
-            "http://127.0.0.1:{}/admin/v1/approvals",
+            "http://127.0.0.1:{}/admin/v1/approvals?status={status}",
             gateway.port
         ))
         .header("x-mcpgw-admin-token", admin_token(gateway))
@@ -213,6 +218,35 @@ fn in_chromium_the_console_shows_servers_tools_and_search_and_approves_a_waiting
     );
     assert!(!asked.exists(), "the arguments as asked did not run");
     assert!(pending_approvals(&gateway).is_empty());
+    // The decisions as recorded: who, why, and the arguments the approver ran.
+    let decided = approvals(&gateway, "all");
+    let by_path = |path: &Path| {
+        decided
+            .iter()
+            .find(|a| a["arguments"]["path"] == path.display().to_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("{} in {decided:?}", path.display()))
+    };
+    let rejected = by_path(&refused);
+    assert_eq!(
+        (
+            &rejected["status"],
+            &rejected["decided_by"],
+            &rejected["reason"]
+        ),
+        (&json!("rejected"), &json!("local"), &json!("not this file")),
+        "{rejected}"
+    );
+    let approved = by_path(&asked);
+    assert_eq!(
+        (
+            &approved["status"],
+            &approved["decided_by"],
+            &approved["decided_arguments"]
+        ),
+        (&json!("approved"), &json!("local"), &edit),
+        "{approved}"
+    );
 
     // Every other page opened: a server's own page with its tools, sign-ins, clients.
     let pages = &report["pages"];

@@ -1,6 +1,6 @@
 //! Reloading the configuration of a running `mcpgw serve` (SIGHUP and the file watch): servers
 //! added, removed, changed and kept (the same child process), connected clients told of an added
-//! and of a removed server's tools, a broken file that changes nothing and says why, and keys
+//! and of a removed server's tools (a removal through the admin API too), a broken file that changes nothing and says why, and keys
 //! only a restart applies.
 
 use std::{
@@ -183,6 +183,36 @@ fn sighup_adds_a_server_and_connected_clients_of_both_eras_hear_of_its_tools() {
 
 #[test]
 fn sighup_removes_a_server_and_connected_clients_of_both_eras_hear_its_tools_are_gone() {
+    removed_server_is_heard(|gateway, kept_only| {
+        rewrite(gateway, kept_only);
+        sighup(gateway);
+    });
+}
+
+/// A change made through the admin API takes the reload's path: the clients hear of it too.
+#[test]
+fn a_server_removed_through_the_admin_api_is_heard_by_connected_clients_of_both_eras() {
+    removed_server_is_heard(|gateway, _| {
+        let removed = reqwest::blocking::Client::new()
+            .delete(format!(
+                "http://127.0.0.1:{}/admin/v1/servers/gone",
+                gateway.port
+            ))
+            .header("x-mcpgw-admin-token", gateway.admin_token())
+            .header("content-type", "application/json")
+            .body("{}")
+            .send()
+            .expect("gateway reachable");
+        assert_eq!(removed.status().as_u16(), 200);
+        let report: Value = removed.json().expect("the reload's report");
+        assert_eq!(report["removed"], json!(["gone"]), "{report}");
+    });
+}
+
+/// Servers `kept` and `gone`; clients of both eras connected and listening while `remove`
+/// takes `gone` away (given the gateway and the file without it): each hears once that the
+/// tools changed and lists them without `gone`'s; `kept` keeps its child, `gone`'s exits.
+fn removed_server_is_heard(remove: impl FnOnce(&Gateway, &str)) {
     let dir = tempfile::tempdir().expect("tempdir");
     let pids = |name: &str| dir.path().join(format!("{name}.pids"));
     let kept_only = format!("{PASSTHROUGH}{}", clock("kept", &pids("kept"), ""));
@@ -202,8 +232,7 @@ fn sighup_removes_a_server_and_connected_clients_of_both_eras_hear_its_tools_are
         eras.iter().all(|era| file(era, "ready").exists())
     });
 
-    rewrite(&gateway, &kept_only);
-    sighup(&gateway);
+    remove(&gateway, &kept_only);
     let status = wait_reloaded(&gateway, "ok", 1);
     assert_eq!(status["error"], Value::Null, "{status}");
 
