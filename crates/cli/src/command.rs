@@ -387,7 +387,7 @@ pub(crate) async fn servers_test(
     };
     let tested = test_server(&config, server).await;
     if json {
-        println!("{}", serde_json::to_string_pretty(&tested.json())?);
+        println!("{}", serde_json::to_string_pretty(&tested.report())?);
     }
     match &tested.result {
         Ok(connected) => {

@@ -59,7 +59,7 @@ impl ServerChange {
 }
 
 /// What a change did: the reload it made, and what the caller should know.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Changed {
     /// The servers the change was about, by the names the file gives them.
     pub servers: Vec<String>,

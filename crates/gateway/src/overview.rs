@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::{Gateway, Search, policy::access::Access, principal::Principal};
 
 /// One configured server, as `GET /admin/v1/servers` and `mcpgw servers list` show it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerRow {
     pub name: ServerName,
     /// `idle`, `starting`, `connecting`, `ready`, `failed`, `unresponsive`, or `disabled`
@@ -52,7 +52,7 @@ impl ServerRow {
 }
 
 /// How the gateway reaches a server.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum TransportRow {
     /// The program only: arguments may carry a secret.
@@ -68,7 +68,7 @@ pub enum TransportRow {
 }
 
 /// Whether a server has a credential and where it comes from; never its value.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialRow {
     /// The configured `auth`: `none`, `bearer`, `header` or `oauth`.
     pub auth: String,
@@ -86,7 +86,7 @@ pub struct CredentialRow {
 }
 
 /// One tool, as `GET /admin/v1/tools` and `mcpgw tools --json` show it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolRow {
     pub name: QualifiedName,
     pub server: ServerName,
@@ -120,7 +120,7 @@ pub struct ToolsQuery {
 }
 
 /// The tools, the held ones, and what a client's `tools/list` costs.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolsView {
     /// The tools in the catalog (searchable and callable), in catalog order.
     pub tools: Vec<ToolRow>,
@@ -131,7 +131,7 @@ pub struct ToolsView {
 }
 
 /// What a client's `tools/list` shows and costs, for the default view or one profile.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Listing {
     pub profile: Option<String>,
     /// The exposure configured (`search`, `passthrough` or `auto`), and the one that applies.
@@ -161,7 +161,7 @@ pub struct SearchQuery {
 pub const MAX_TOP_K: usize = 50;
 
 /// A search's hits with the ranks behind each, as `mcpgw search --json --explain` shows them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchReport {
     pub query: String,
     /// The strategy asked for (`bm25`, `vector`, `hybrid`); `degraded` says when BM25 served.
@@ -180,7 +180,7 @@ pub struct SearchReport {
 }
 
 /// One hit: its fused (or only) score and its place in the BM25 and the vector list.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Hit {
     pub name: QualifiedName,
     pub server: ServerName,
@@ -192,14 +192,14 @@ pub struct Hit {
     pub vector: Option<Place>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Place {
     pub rank: usize,
     pub score: f32,
 }
 
 /// How a search's scores were made ([`catalog::Scoring`]).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Scoring {
     Bm25,
@@ -391,7 +391,7 @@ fn auth_word(auth: &config::Auth) -> &'static str {
 
 /// One of a server's credentials, as `GET /admin/v1/servers/{name}/credentials` shows it:
 /// where it is sent and the variable it is read from, never its value.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialSource {
     /// `auth` (the `bearer` or `header` strategy's credential), `header NAME` (a credential
     /// header of an HTTP server), `env NAME` (a variable of a stdio server's environment), or
@@ -404,7 +404,7 @@ pub struct CredentialSource {
 }
 
 /// A stored OAuth sign-in to one server: whose, from which issuer, until when. Never a token.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SignInRow {
     /// `local`, `client:NAME` or `user:SUBJECT`.
     pub principal: String,
@@ -418,7 +418,7 @@ pub struct SignInRow {
 
 /// Whether a server has a credential and where it comes from: `GET
 /// /admin/v1/servers/{name}/credentials`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CredentialsView {
     pub server: ServerName,
     /// The configured `auth`: `none`, `bearer`, `header` or `oauth`.

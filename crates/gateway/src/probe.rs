@@ -1,7 +1,7 @@
 //! A connection test of one server, alone: the handshake and one tool listing on a session of
 //! its own, which then ends (a stdio child is stopped). What `mcpgw servers test NAME` prints
 //! and `POST /admin/v1/servers/{name}/test` answers, from this one function, in one JSON shape
-//! ([`ServerTest::json`]).
+//! ([`ServerTest::report`]).
 //!
 //! The session is never the running gateway's: a test of a server that is serving calls does
 //! not disturb them, and a disabled server can be tested before it is enabled.
@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use ids::ServerName;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 /// What a connection test found.
@@ -33,30 +34,79 @@ impl ServerTest {
         self.result.is_ok()
     }
 
-    /// `{"server", "ok": true, "era", "protocol_version", "server_info", "tool_count",
-    /// "tools", "connect_ms", "total_ms"}`, or `{"server", "ok": false, "error", "total_ms"}`.
-    pub fn json(&self) -> Value {
+    /// What `mcpgw servers test NAME --json` prints and the admin API answers.
+    pub fn report(&self) -> TestReport {
         let total_ms = u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX);
+        let server = self.server.clone();
         match &self.result {
-            Ok(Connected { status, tools }) => json!({
-                "server": self.server,
-                "ok": true,
-                "era": status.era,
-                "protocol_version": status.protocol_version,
-                "server_info": {"name": status.server_name, "version": status.server_version},
-                "tool_count": tools.len(),
-                "tools": tools,
-                "connect_ms": status.connect_ms,
-                "total_ms": total_ms,
+            Ok(Connected { status, tools }) => TestReport::Answered(Answered {
+                server,
+                ok: true,
+                era: status.era.map(|era| era.to_string()),
+                protocol_version: status.protocol_version.clone(),
+                server_info: ServerInfo {
+                    name: status.server_name.clone(),
+                    version: status.server_version.clone(),
+                },
+                tool_count: tools.len(),
+                tools: tools.clone(),
+                connect_ms: status.connect_ms,
+                total_ms,
             }),
-            Err(error) => json!({
-                "server": self.server,
-                "ok": false,
-                "error": error.to_string(),
-                "total_ms": total_ms,
+            Err(error) => TestReport::Failed(Failed {
+                server,
+                ok: false,
+                error: error.to_string(),
+                total_ms,
             }),
         }
     }
+}
+
+/// A connection test's report: what the server answered, or why the test failed (`ok` says
+/// which).
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum TestReport {
+    Answered(Answered),
+    Failed(Failed),
+}
+
+/// A server that answered the handshake and the listing.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct Answered {
+    pub server: ServerName,
+    /// `true`.
+    pub ok: bool,
+    /// `modern` or `legacy`.
+    pub era: Option<String>,
+    pub protocol_version: Option<String>,
+    /// The upstream's `serverInfo`.
+    pub server_info: ServerInfo,
+    pub tool_count: usize,
+    /// The tools' names.
+    pub tools: Vec<String>,
+    pub connect_ms: Option<u64>,
+    /// From the start of the connection to the end of the listing.
+    pub total_ms: u64,
+}
+
+/// A server that did not answer the test.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct Failed {
+    pub server: ServerName,
+    /// `false`.
+    pub ok: bool,
+    /// Why, in words.
+    pub error: String,
+    pub total_ms: u64,
+}
+
+/// An upstream's `serverInfo`, as much of it as it sent.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct ServerInfo {
+    pub name: Option<String>,
+    pub version: Option<String>,
 }
 
 /// Connects to `server` alone (enabled or not) under `config`'s network policy, lists its

@@ -4,24 +4,54 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
+use ids::{PrincipalId, QualifiedName, ServerName};
+use serde::Serialize;
+use serde_json::Value;
 use store::time::unix_millis;
 
 /// One audit row: what `mcpgw audit --json` prints and `GET /admin/v1/audit` answers.
 pub fn audit_json(entry: &store::AuditEntry) -> Value {
-    json!({
-        "time": utc(entry.at, true),
-        "at_ms": unix_millis(entry.at),
-        "principal": entry.principal,
-        "server": entry.server,
-        "tool": entry.tool,
-        "arguments_sha256": entry.arguments_sha256,
-        "decision": entry.decision.as_str(),
-        "approver": entry.decision.approver(),
-        "outcome": entry.outcome.as_str(),
-        "latency_ms": u64::try_from(entry.latency.as_millis()).unwrap_or(u64::MAX),
-        "error": entry.error,
-    })
+    serde_json::to_value(AuditRow::from(entry)).unwrap_or_default()
+}
+
+/// One audit row as the admin API and `mcpgw audit --json` show it: never the arguments,
+/// only their SHA-256.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct AuditRow {
+    /// RFC 3339, UTC.
+    pub time: String,
+    /// The same time in milliseconds since the Unix epoch.
+    pub at_ms: i64,
+    pub principal: PrincipalId,
+    pub server: ServerName,
+    pub tool: QualifiedName,
+    pub arguments_sha256: String,
+    /// The audit log's word for what policy decided (`GET /admin/v1/audit?decision=`).
+    pub decision: &'static str,
+    /// Who approved or rejected the call, when a person did.
+    pub approver: Option<String>,
+    /// The audit log's word for how the call ended (`GET /admin/v1/audit?outcome=`).
+    pub outcome: &'static str,
+    pub latency_ms: u64,
+    pub error: Option<String>,
+}
+
+impl From<&store::AuditEntry> for AuditRow {
+    fn from(entry: &store::AuditEntry) -> AuditRow {
+        AuditRow {
+            time: utc(entry.at, true),
+            at_ms: unix_millis(entry.at),
+            principal: entry.principal.clone(),
+            server: entry.server.clone(),
+            tool: entry.tool.clone(),
+            arguments_sha256: entry.arguments_sha256.clone(),
+            decision: entry.decision.as_str(),
+            approver: entry.decision.approver().map(str::to_owned),
+            outcome: entry.outcome.as_str(),
+            latency_ms: u64::try_from(entry.latency.as_millis()).unwrap_or(u64::MAX),
+            error: entry.error.clone(),
+        }
+    }
 }
 
 /// `text` as a time: a duration back from `now` (`90s`, `30m`, `1h`, `2d`, `1w`), an RFC 3339

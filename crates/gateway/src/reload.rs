@@ -32,7 +32,7 @@ use upstream::ListKind;
 use crate::{Gateway, sync::lock};
 
 /// What one reload did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ReloadReport {
     /// How many configurations have been applied since start (the first is 0).
     pub generation: u64,

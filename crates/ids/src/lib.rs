@@ -23,6 +23,7 @@ macro_rules! identifier {
         $(#[$doc])*
         #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[derive(serde::Serialize, serde::Deserialize)]
+        #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
         #[serde(transparent)]
         pub struct $name(String);
 

@@ -28,12 +28,15 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
+use ids::{PrincipalId, QualifiedName, ServerName};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use store::{DecideError, Verdict};
 
 use crate::{
     Gateway, http::session_owner::Owners, policy::ApproveError, policy::DecisionError,
-    policy::pinning::held_json, principal::Principal,
+    policy::pinning::HeldRow, principal::Principal,
 };
 
 /// `GET /metrics` (see [`crate::metrics`]): for admins, as every admin route; sessions are
@@ -79,7 +82,7 @@ async fn list(
 ) -> Response {
     match gateway.pending_approvals(&principal(caller)).await {
         Ok(pending) => {
-            Json(json!({"pending": pending.iter().map(approval_json).collect::<Vec<_>>()}))
+            Json(json!({"pending": pending.iter().map(ApprovalRow::from).collect::<Vec<_>>()}))
                 .into_response()
         }
         Err(refused) => refusal(refused),
@@ -96,15 +99,11 @@ pub(crate) async fn approve(
         Ok(body) => body,
         Err(response) => return response,
     };
-    let arguments = match body.get("arguments") {
-        None => None,
-        Some(Value::Object(map)) => Some(map.clone()),
-        Some(_) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "'arguments' must be a JSON object (the tool's arguments); leave it out to keep the caller's",
-            );
-        }
+    let Ok(ApproveBody { arguments }) = serde_json::from_value(Value::Object(body)) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "'arguments' must be a JSON object (the tool's arguments); leave it out to keep the caller's",
+        );
     };
     decide(
         &gateway,
@@ -125,11 +124,10 @@ pub(crate) async fn reject(
         Ok(body) => body,
         Err(response) => return response,
     };
-    let reason = match body.get("reason") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(reason)) => Some(reason.chars().take(500).collect()),
-        Some(_) => return error(StatusCode::BAD_REQUEST, "'reason' must be a string"),
+    let Ok(RejectBody { reason }) = serde_json::from_value(Value::Object(body)) else {
+        return error(StatusCode::BAD_REQUEST, "'reason' must be a string");
     };
+    let reason = reason.map(|reason| reason.chars().take(500).collect());
     decide(
         &gateway,
         &principal(caller),
@@ -141,7 +139,7 @@ pub(crate) async fn reject(
 
 async fn decide(gateway: &Gateway, caller: &Principal, id: &str, verdict: Verdict) -> Response {
     match gateway.decide_approval(id, verdict, caller).await {
-        Ok(decided) => Json(approval_json(&decided)).into_response(),
+        Ok(decided) => Json(ApprovalRow::from(&decided)).into_response(),
         Err(refused) => refusal(refused),
     }
 }
@@ -214,8 +212,8 @@ pub(crate) async fn held_tools(
     if let Err(refused) = admin_only(&gateway, principal) {
         return refused;
     }
-    let held: Vec<Value> = gateway.held_tools().iter().map(held_json).collect();
-    Json(json!({ "held": held })).into_response()
+    let held = gateway.held_tools().iter().map(HeldRow::from).collect();
+    Json(HeldList { held }).into_response()
 }
 
 /// `POST /admin/tools/approve` (`{"name": "server__tool"}`): trusts a held tool's new
@@ -255,11 +253,11 @@ pub(crate) async fn approve_held(
 /// Trusts the held tool `name`'s new definition: what was trusted, or why not.
 async fn trust(gateway: &Gateway, name: &str) -> Response {
     match gateway.approve_tool(name).await {
-        Ok(held) => Json(json!({
-            "approved": held.qualified,
-            "server": held.server,
-            "sha256": crate::policy::pinning::hex(&held.hash),
-        }))
+        Ok(held) => Json(Trusted {
+            sha256: crate::policy::pinning::hex(&held.hash),
+            approved: held.qualified,
+            server: held.server,
+        })
         .into_response(),
         Err(ApproveError::NotHeld(_)) => error(
             StatusCode::NOT_FOUND,
@@ -316,19 +314,79 @@ pub(crate) fn admin_only(
 
 /// One approval as the admin API shows it.
 pub fn approval_json(approval: &store::Approval) -> Value {
-    let seconds = crate::oauth::unix_seconds;
-    json!({
-        "id": approval.id,
-        "status": approval.status.as_str(),
-        "principal": approval.principal,
-        "server": approval.server,
-        "tool": approval.tool,
-        "arguments": approval.arguments,
-        "decided_arguments": approval.decided_arguments,
-        "created_at": seconds(approval.created_at),
-        "expires_at": seconds(approval.expires_at),
-        "decided_by": approval.decided_by,
-        "decided_at": approval.decided_at.map(seconds),
-        "reason": approval.reason,
-    })
+    serde_json::to_value(ApprovalRow::from(approval)).unwrap_or_default()
+}
+
+/// A call that waits, or waited, for a person.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ApprovalRow {
+    pub id: String,
+    /// `pending`, `approved`, `rejected`, `expired` or `cancelled`.
+    pub status: &'static str,
+    pub principal: PrincipalId,
+    pub server: ServerName,
+    pub tool: QualifiedName,
+    /// The arguments the caller sent.
+    pub arguments: Map<String, Value>,
+    /// The arguments an approver gave in their place, if any.
+    pub decided_arguments: Option<Map<String, Value>>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    /// Why it was rejected.
+    pub reason: Option<String>,
+}
+
+impl From<&store::Approval> for ApprovalRow {
+    fn from(approval: &store::Approval) -> ApprovalRow {
+        let seconds = crate::oauth::unix_seconds;
+        ApprovalRow {
+            id: approval.id.clone(),
+            status: approval.status.as_str(),
+            principal: approval.principal.clone(),
+            server: approval.server.clone(),
+            tool: approval.tool.clone(),
+            arguments: approval.arguments.clone(),
+            decided_arguments: approval.decided_arguments.clone(),
+            created_at: seconds(approval.created_at),
+            expires_at: seconds(approval.expires_at),
+            decided_by: approval.decided_by.clone(),
+            decided_at: approval.decided_at.map(seconds),
+            reason: approval.reason.clone(),
+        }
+    }
+}
+
+/// `POST /admin/v1/approvals/{id}/approve`'s body; an empty body is `{}`.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct ApproveBody {
+    /// The tool's arguments, in place of the caller's; left out, the caller's run.
+    #[serde(default)]
+    pub arguments: Option<Map<String, Value>>,
+}
+
+/// `POST /admin/v1/approvals/{id}/reject`'s body; an empty body is `{}`.
+#[derive(Deserialize, JsonSchema)]
+pub(crate) struct RejectBody {
+    /// Why, told to the caller (at most 500 characters are kept).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The tools held because their definitions changed.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct HeldList {
+    pub held: Vec<HeldRow>,
+}
+
+/// A held tool's new definition, trusted.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Trusted {
+    /// The tool's qualified name.
+    pub approved: QualifiedName,
+    pub server: ServerName,
+    /// The SHA-256 of the definition now trusted.
+    pub sha256: String,
 }

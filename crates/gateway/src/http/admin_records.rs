@@ -41,14 +41,17 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
+use schemars::JsonSchema;
 use secrecy::ExposeSecret as _;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::{
     Gateway,
     http::{
-        admin::{admin_only, object_body},
+        admin::{ApprovalRow, admin_only, object_body},
         admin_v1::{clip, parameters},
+        openapi::{Param, ParamKind},
     },
     oauth::{
         login::{LoginError, Logins},
@@ -65,6 +68,8 @@ const DEFAULT_AUDIT_LIMIT: usize = 50;
 const MAX_AUDIT_LIMIT: usize = 500;
 /// Approvals listed with `status=all` unless `limit` says otherwise.
 const DEFAULT_APPROVALS_LIMIT: u32 = 50;
+/// The most approvals one answer may hold.
+const MAX_APPROVALS_LIMIT: u32 = 500;
 
 type Caller = Option<Extension<Principal>>;
 
@@ -80,22 +85,21 @@ fn admitted<'a>(
     gateway: &'a Gateway,
     caller: Caller,
     raw: Option<&str>,
-    known: &[&str],
+    known: &[Param],
 ) -> Result<Admitted<'a>, Box<Response>> {
     admin_only(gateway, caller).map_err(Box::new)?;
-    let pairs = parameters(raw, known, &[]).map_err(|bad| Box::new(bad_request(&bad)))?;
+    let pairs = parameters(raw, known).map_err(|bad| Box::new(bad_request(&bad)))?;
     let store = gateway.store().ok_or_else(|| Box::new(unavailable()))?;
     Ok(Admitted { store, pairs })
 }
 
-/// `{"KEY": [row, ...]}` of what the database listed, or why it could not.
-fn listed<T>(
-    key: &str,
+/// The answer `list` makes of what the database listed, or why it could not.
+fn listed<T, A: Serialize>(
     rows: Result<Vec<T>, store::StoreError>,
-    row: impl Fn(&T) -> Value,
+    list: impl FnOnce(Vec<T>) -> A,
 ) -> Response {
     match rows {
-        Ok(rows) => Json(json!({key: rows.iter().map(row).collect::<Vec<_>>()})).into_response(),
+        Ok(rows) => Json(list(rows)).into_response(),
         Err(error) => store_failed(&error),
     }
 }
@@ -116,10 +120,10 @@ pub(crate) async fn audit(
         return unavailable();
     };
     match store.audit_page(&query).await {
-        Ok(page) => Json(json!({
-            "entries": page.entries.iter().map(records::audit_json).collect::<Vec<_>>(),
-            "next": page.next.map(|cursor| cursor.to_string()),
-        }))
+        Ok(page) => Json(AuditPage {
+            entries: page.entries.iter().map(records::AuditRow::from).collect(),
+            next: page.next.map(|cursor| cursor.to_string()),
+        })
         .into_response(),
         Err(error) => store_failed(&error),
     }
@@ -127,22 +131,11 @@ pub(crate) async fn audit(
 
 /// Reads `GET /admin/v1/audit`'s parameters (see the module docs).
 fn audit_query(raw: Option<&str>, now: SystemTime) -> Result<store::AuditQuery, String> {
-    const KNOWN: [&str; 9] = [
-        "principal",
-        "server",
-        "tool",
-        "decision",
-        "outcome",
-        "since",
-        "until",
-        "limit",
-        "after",
-    ];
     let mut query = store::AuditQuery {
         limit: DEFAULT_AUDIT_LIMIT,
         ..store::AuditQuery::default()
     };
-    for (name, value) in parameters(raw, &KNOWN, &[])? {
+    for (name, value) in parameters(raw, AUDIT_QUERY)? {
         match name.as_str() {
             "principal" => query.principal = Some(value.into()),
             "server" => query.server = Some(value.into()),
@@ -193,7 +186,7 @@ pub(crate) async fn approvals(
     RawQuery(raw): RawQuery,
 ) -> Response {
     let Admitted { store, pairs } =
-        match admitted(&gateway, caller, raw.as_deref(), &["status", "limit"]) {
+        match admitted(&gateway, caller, raw.as_deref(), APPROVALS_QUERY) {
             Ok(admitted) => admitted,
             Err(refused) => return *refused,
         };
@@ -209,7 +202,7 @@ pub(crate) async fn approvals(
                     limit = value
                         .parse()
                         .ok()
-                        .filter(|n| (1..=500).contains(n))
+                        .filter(|n| (1..=MAX_APPROVALS_LIMIT).contains(n))
                         .ok_or("limit must be a number from 1 to 500")?;
                 }
             }
@@ -224,7 +217,9 @@ pub(crate) async fn approvals(
     } else {
         store.pending_approvals(None).await
     };
-    listed("approvals", listed_approvals, super::approval_json)
+    listed(listed_approvals, |rows| ApprovalList {
+        approvals: rows.iter().map(ApprovalRow::from).collect(),
+    })
 }
 
 pub(crate) async fn clients(
@@ -237,29 +232,40 @@ pub(crate) async fn clients(
         Err(refused) => return *refused,
     };
     let policy = &gateway.config().policy;
-    listed("clients", store.clients().await, |client| {
-        let mut row = client_fields(policy, &client.name);
-        row.insert("created_at".into(), unix_seconds(client.created_at).into());
-        row.insert(
-            "last_used_at".into(),
-            client.last_used_at.map(unix_seconds).into(),
-        );
-        Value::Object(row)
+    listed(store.clients().await, |clients| ClientList {
+        clients: clients
+            .iter()
+            .map(|client| ClientRow {
+                client: ClientFields::of(policy, &client.name),
+                created_at: unix_seconds(client.created_at),
+                last_used_at: client.last_used_at.map(unix_seconds),
+            })
+            .collect(),
     })
 }
 
 /// A client's name, principal, profile and whether that makes it an administrator.
-fn client_fields(policy: &config::PolicyConfig, name: &str) -> Map<String, Value> {
-    let profile = policy.profile_of_client(name);
-    let Value::Object(fields) = json!({
-        "name": name,
-        "principal": format!("client:{name}"),
-        "profile": profile.map(|p| p.name.as_str()),
-        "admin": profile.is_some_and(|p| p.admin),
-    }) else {
-        unreachable!("a JSON object")
-    };
-    fields
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ClientFields {
+    pub name: String,
+    /// `client:NAME`.
+    pub principal: String,
+    /// The profile whose `clients` names it; `null` for the default.
+    pub profile: Option<String>,
+    /// Whether that profile says `admin = true`.
+    pub admin: bool,
+}
+
+impl ClientFields {
+    fn of(policy: &config::PolicyConfig, name: &str) -> ClientFields {
+        let profile = policy.profile_of_client(name);
+        ClientFields {
+            name: name.to_owned(),
+            principal: format!("client:{name}"),
+            profile: profile.map(|p| p.name.clone()),
+            admin: profile.is_some_and(|p| p.admin),
+        }
+    }
 }
 
 /// `POST /admin/v1/clients`: adds the body's client and answers its key, this once.
@@ -282,17 +288,20 @@ pub(crate) async fn add_client(
             clip(other)
         ));
     }
-    let Some(name) = body.get("name").and_then(Value::as_str) else {
+    let Ok(NewClient { name }) = serde_json::from_value(Value::Object(body)) else {
         return bad_request("the body must name the client: {\"name\": \"NAME\"}");
     };
+    let name = name.as_str();
     match store.add_client(name).await {
         Ok(key) => {
             // The name only: the key is in the answer, and nowhere else.
             let by = caller.map_or(Principal::Local, |Extension(p)| p);
             tracing::info!(client = %name, %by, "client added through the admin API");
-            let mut added = client_fields(&gateway.config().policy, name);
-            added.insert("key".into(), key.expose_secret().into());
-            (StatusCode::CREATED, Json(Value::Object(added))).into_response()
+            let added = AddedClient {
+                client: ClientFields::of(&gateway.config().policy, name),
+                key: key.expose_secret(),
+            };
+            (StatusCode::CREATED, Json(added)).into_response()
         }
         Err(error @ store::StoreError::InvalidClientName { .. }) => bad_request(&error.to_string()),
         Err(error @ store::StoreError::ClientExists { .. }) => {
@@ -335,7 +344,7 @@ pub(crate) async fn profiles(
     if let Err(refused) = admin_only(&gateway, caller) {
         return refused;
     }
-    if let Err(bad) = parameters(raw.as_deref(), &[], &[]) {
+    if let Err(bad) = parameters(raw.as_deref(), &[]) {
         return bad_request(&bad);
     }
     let config = gateway.config();
@@ -350,25 +359,25 @@ pub(crate) async fn profiles(
             },
         )
         .await;
-        rows.push(json!({
-            "name": profile.name,
-            "clients": profile.clients,
-            "admin": profile.admin,
-            "servers": patterns(&profile.servers),
-            "allow": patterns(&profile.allow),
-            "deny": patterns(&profile.deny),
-            "read_only": profile.read_only,
-            "destructive": profile.destructive,
-            "calls_per_minute": profile.calls_per_minute.or(policy.limits.calls_per_minute),
-            "exposure": view.listing.exposure,
-            "listed_tokens": view.listing.listed_tokens,
-            "tools": view.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<_>>(),
-        }));
+        rows.push(ProfileRow {
+            name: profile.name.clone(),
+            clients: profile.clients.clone(),
+            admin: profile.admin,
+            servers: patterns(&profile.servers),
+            allow: patterns(&profile.allow),
+            deny: patterns(&profile.deny),
+            read_only: profile.read_only,
+            destructive: profile.destructive,
+            calls_per_minute: profile.calls_per_minute.or(policy.limits.calls_per_minute),
+            exposure: view.listing.exposure,
+            listed_tokens: view.listing.listed_tokens,
+            tools: view.tools.into_iter().map(|tool| tool.name).collect(),
+        });
     }
-    Json(json!({
-        "default": policy.default().map(|p| p.name.as_str()),
-        "profiles": rows,
-    }))
+    Json(ProfileList {
+        default: policy.default().map(|p| p.name.clone()),
+        profiles: rows,
+    })
     .into_response()
 }
 
@@ -382,15 +391,18 @@ pub(crate) async fn connections(
         Err(refused) => return *refused,
     };
     let now = SystemTime::now();
-    listed("connections", store.list_credentials().await, |signed_in| {
-        json!({
-            "server": signed_in.server,
-            "principal": signed_in.principal,
-            "issuer": signed_in.issuer,
-            "expires_at": signed_in.expires_at.map(unix_seconds),
-            "expired": signed_in.expires_at.is_some_and(|at| at <= now),
-            "updated_at": unix_seconds(signed_in.updated_at),
-        })
+    listed(store.list_credentials().await, |rows| ConnectionList {
+        connections: rows
+            .into_iter()
+            .map(|signed_in| ConnectionRow {
+                expires_at: signed_in.expires_at.map(unix_seconds),
+                expired: signed_in.expires_at.is_some_and(|at| at <= now),
+                updated_at: unix_seconds(signed_in.updated_at),
+                server: signed_in.server,
+                principal: signed_in.principal,
+                issuer: signed_in.issuer,
+            })
+            .collect(),
     })
 }
 
@@ -425,8 +437,11 @@ pub(crate) async fn sign_out(
 }
 
 /// The patterns' text, as the configuration spells them.
-fn patterns(patterns: &[config::Pattern]) -> Vec<&str> {
-    patterns.iter().map(config::Pattern::as_str).collect()
+fn patterns(patterns: &[config::Pattern]) -> Vec<String> {
+    patterns
+        .iter()
+        .map(|pattern| pattern.as_str().to_owned())
+        .collect()
 }
 
 /// `POST /admin/v1/connections/{server}/signin`: starts the gateway's OAuth sign-in to
@@ -441,9 +456,9 @@ pub(crate) async fn sign_in(
     if let Err(refused) = admin_only(&gateway, caller.clone()) {
         return refused;
     }
-    match object_body(&body) {
-        Ok(body) if body.is_empty() => {}
-        Ok(_) => return bad_request("the body is empty or {}: the sign-in is the caller's"),
+    match object_body(&body).map(|body| serde_json::from_value(Value::Object(body))) {
+        Ok(Ok(NoFields {})) => {}
+        Ok(Err(_)) => return bad_request("the body is empty or {}: the sign-in is the caller's"),
         Err(refused) => return refused,
     }
     if gateway.config().server(&server).is_none() {
@@ -456,13 +471,13 @@ pub(crate) async fn sign_in(
     match logins.begin(&gateway, &server, &principal).await {
         Ok(started) => {
             tracing::info!(%server, %principal, "sign-in started through the admin API");
-            Json(json!({
-                "server": started.server,
-                "principal": principal.id(),
-                "authorization_url": started.authorization_url,
-                "redirect_uri": started.redirect_uri,
-                "expires_at": unix_seconds(started.expires_at),
-            }))
+            Json(SignInStarted {
+                principal: principal.id(),
+                expires_at: unix_seconds(started.expires_at),
+                server: started.server,
+                authorization_url: started.authorization_url,
+                redirect_uri: started.redirect_uri,
+            })
             .into_response()
         }
         Err(error) => {
@@ -477,6 +492,167 @@ pub(crate) async fn sign_in(
             super::errors::plain(status, &format!("not signed in: {error}"))
         }
     }
+}
+
+/// `GET /admin/v1/audit`'s parameters.
+pub(crate) const AUDIT_QUERY: &[Param] = &[
+    Param::text("principal", "`local`, `client:NAME` or `user:SUBJECT`."),
+    Param::text("server", "A server's name."),
+    Param::text("tool", "A qualified tool name, `server__tool`."),
+    Param {
+        kind: ParamKind::OneOf(&store::DECISION_WORDS),
+        ..Param::text("decision", "What policy decided.")
+    },
+    Param {
+        kind: ParamKind::OneOf(&store::OUTCOME_WORDS),
+        ..Param::text("outcome", "How the call ended.")
+    },
+    Param::text(
+        "since",
+        "An RFC 3339 time (`2025-06-01T12:00:00Z`, a bare date is its midnight UTC) or a duration back from now (`30m`, `2d`).",
+    ),
+    Param::text("until", "As `since`."),
+    Param {
+        kind: ParamKind::Whole {
+            min: 1,
+            max: MAX_AUDIT_LIMIT,
+            default: DEFAULT_AUDIT_LIMIT,
+        },
+        ..Param::text("limit", "Rows on the page.")
+    },
+    Param::text("after", "The `next` of the page before."),
+];
+
+/// `GET /admin/v1/approvals`' parameters.
+pub(crate) const APPROVALS_QUERY: &[Param] = &[
+    Param {
+        kind: ParamKind::OneOf(&["pending", "all"]),
+        ..Param::text(
+            "status",
+            "`pending` (the default): the calls waiting for a person; `all`: the newest in any state.",
+        )
+    },
+    Param {
+        kind: ParamKind::Whole {
+            min: 1,
+            max: MAX_APPROVALS_LIMIT as usize,
+            default: DEFAULT_APPROVALS_LIMIT as usize,
+        },
+        ..Param::text("limit", "How many, with `status=all`.")
+    },
+];
+
+/// A page of the audit log, newest first.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct AuditPage {
+    pub entries: Vec<records::AuditRow>,
+    /// Give it as `after` for the next page; `null` on the last.
+    pub next: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ApprovalList {
+    pub approvals: Vec<ApprovalRow>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ClientList {
+    pub clients: Vec<ClientRow>,
+}
+
+/// A client key's owner: never the key.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ClientRow {
+    #[serde(flatten)]
+    pub client: ClientFields,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds; `null` if it was never used.
+    pub last_used_at: Option<i64>,
+}
+
+/// `POST /admin/v1/clients`' body.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NewClient {
+    /// The client's name: its principal is `client:NAME`.
+    pub name: String,
+}
+
+/// A client just added, with its key: the only time the key is shown.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct AddedClient<'a> {
+    #[serde(flatten)]
+    pub client: ClientFields,
+    /// The bearer key the client sends; only its hash is stored.
+    pub key: &'a str,
+}
+
+/// The configured profiles.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ProfileList {
+    /// The profile of a caller no other profile names; `null` when there is none.
+    pub default: Option<String>,
+    pub profiles: Vec<ProfileRow>,
+}
+
+/// A profile's rules and what its clients see.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ProfileRow {
+    pub name: String,
+    /// The client keys that run under it.
+    pub clients: Vec<String>,
+    pub admin: bool,
+    /// Server, allow and deny patterns, as the configuration spells them.
+    pub servers: Vec<String>,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    pub read_only: bool,
+    pub destructive: bool,
+    /// Its own limit, else `[limits] calls_per_minute`; `null`: none.
+    pub calls_per_minute: Option<u32>,
+    /// The exposure that applies to its clients: `search` or `passthrough`.
+    pub exposure: String,
+    /// What its clients' `tools/list` costs (cl100k_base tokens).
+    pub listed_tokens: usize,
+    /// The tools it exposes, by qualified name.
+    pub tools: Vec<ids::QualifiedName>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ConnectionList {
+    pub connections: Vec<ConnectionRow>,
+}
+
+/// A stored OAuth sign-in: never a token.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ConnectionRow {
+    pub server: ids::ServerName,
+    pub principal: ids::PrincipalId,
+    pub issuer: String,
+    /// When the access token expires (Unix seconds), if the server said.
+    pub expires_at: Option<i64>,
+    pub expired: bool,
+    /// When it was last stored: signed in or renewed (Unix seconds).
+    pub updated_at: i64,
+}
+
+/// A body that must be empty or `{}`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoFields {}
+
+/// An OAuth sign-in started for the caller: where its browser goes. Never a token.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct SignInStarted {
+    pub server: ids::ServerName,
+    pub principal: ids::PrincipalId,
+    /// Open it in a browser.
+    pub authorization_url: String,
+    /// Where the browser comes back: the gateway's callback.
+    pub redirect_uri: String,
+    /// When the sign-in stops waiting (Unix seconds).
+    pub expires_at: i64,
 }
 
 fn bad_request(message: &str) -> Response {

@@ -34,17 +34,18 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::{Map, Value, json};
+use schemars::JsonSchema;
+use serde_json::{Map, Value};
 
 use crate::{
     ChangeError, Gateway, ServerChange,
-    http::{admin::Admin, admin_v1::clip},
+    http::{admin::Admin, admin_v1::clip, errors::Refusal},
     overview,
 };
 
 /// `POST /admin/v1/servers`. This module's routes are `admin_api`'s table.
 pub(crate) async fn add(State(gateway): State<Arc<Gateway>>, _: Admin, body: Bytes) -> Response {
-    let (text, object) = match object_body(&body) {
+    let (text, ServerBody(object)) = match object_body(&body) {
         Ok(read) => read,
         Err(bad) => return bad,
     };
@@ -59,7 +60,7 @@ pub(crate) async fn replace(
     body: Bytes,
 ) -> Response {
     match object_body(&body) {
-        Ok((_, server)) => {
+        Ok((_, ServerBody(server))) => {
             changed(
                 &gateway,
                 ServerChange::Replace(name, server),
@@ -78,7 +79,9 @@ pub(crate) async fn patch(
     body: Bytes,
 ) -> Response {
     match object_body(&body) {
-        Ok((_, patch)) => changed(&gateway, ServerChange::Patch(name, patch), StatusCode::OK).await,
+        Ok((_, ServerBody(patch))) => {
+            changed(&gateway, ServerChange::Patch(name, patch), StatusCode::OK).await
+        }
         Err(bad) => bad,
     }
 }
@@ -119,7 +122,10 @@ async fn changed(gateway: &Arc<Gateway>, change: ServerChange, status: StatusCod
 pub(crate) fn refusal(refused: &ChangeError) -> Response {
     let status = match refused {
         ChangeError::Invalid { problems, .. } => {
-            let body = json!({"error": refused.to_string(), "problems": problems});
+            let body = Refusal {
+                error: &refused.to_string(),
+                problems: Some(problems),
+            };
             return (StatusCode::BAD_REQUEST, Json(body)).into_response();
         }
         ChangeError::NoSuchServer(_) => StatusCode::NOT_FOUND,
@@ -150,7 +156,7 @@ pub(crate) async fn test(
         return unknown(&name);
     };
     let tested = crate::test_server(&config, server, gateway.store().cloned()).await;
-    Json(tested.json()).into_response()
+    Json(tested.report()).into_response()
 }
 
 pub(crate) async fn credentials(
@@ -172,9 +178,19 @@ fn unknown(name: &str) -> Response {
     )
 }
 
+/// The body of `POST /admin/v1/servers` and `PUT /admin/v1/servers/{name}`: a server as a
+/// `[[servers]]` table (`{"name": "time", "transport": {"type": "stdio", "command": "uvx",
+/// "args": ["mcp-server-time"]}}`, the keys of the configuration reference, a secret as `{"env":
+/// "VARIABLE"}`), or for `POST` a pasted `mcpServers` snippet (`{"mcpServers": {...}}`,
+/// `{"servers": {...}}`); for `PATCH`, a JSON merge patch of the table. The configuration
+/// loader checks it and names each problem, so it is an open object here: the loader's
+/// `deny_unknown_fields` types stay the one description of a table.
+#[derive(JsonSchema)]
+pub(crate) struct ServerBody(Map<String, Value>);
+
 /// The body as text and as a JSON object; else 400 saying what it must be.
 #[allow(clippy::result_large_err)]
-fn object_body(body: &[u8]) -> Result<(String, Map<String, Value>), Response> {
+fn object_body(body: &[u8]) -> Result<(String, ServerBody), Response> {
     let bad = |why: &str| {
         super::errors::plain(
             StatusCode::BAD_REQUEST,
@@ -185,7 +201,7 @@ fn object_body(body: &[u8]) -> Result<(String, Map<String, Value>), Response> {
     };
     let text = std::str::from_utf8(body).map_err(|_| bad("this is not UTF-8 text"))?;
     match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(object)) => Ok((text.to_owned(), object)),
+        Ok(Value::Object(object)) => Ok((text.to_owned(), ServerBody(object))),
         Ok(_) => Err(bad("this is JSON, but not an object")),
         Err(error) => Err(bad(&format!("this is not JSON ({error})"))),
     }

@@ -27,11 +27,15 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::{
     Gateway,
-    http::admin::Admin,
+    http::{
+        admin::Admin,
+        openapi::{Param, ParamKind},
+    },
     overview::{self, MAX_TOP_K, SearchQuery, ToolsQuery},
 };
 
@@ -42,15 +46,56 @@ pub(crate) const SEARCH_PATH: &str = "/admin/v1/search";
 /// How many hits a search shows when `top_k` is not given, as `mcpgw search`.
 const DEFAULT_TOP_K: usize = 5;
 
+/// `GET /admin/v1/tools`' parameters.
+pub(crate) const TOOLS_QUERY: &[Param] = &[
+    Param::text("server", "Only this configured server's tools."),
+    Param::text(
+        "profile",
+        "The view of this profile: what its clients' `tools/list` shows and costs.",
+    ),
+];
+
+/// `GET /admin/v1/search`' parameters.
+pub(crate) const SEARCH_QUERY: &[Param] = &[
+    Param {
+        required: true,
+        ..Param::text("q", "What the tool should do, in words.")
+    },
+    Param {
+        kind: ParamKind::Whole {
+            min: 1,
+            max: MAX_TOP_K,
+            default: DEFAULT_TOP_K,
+        },
+        ..Param::text("top_k", "How many hits.")
+    },
+    Param {
+        kind: ParamKind::OneOf(&["bm25", "vector", "hybrid"]),
+        ..Param::text("strategy", "Overrides `[retrieval] strategy`.")
+    },
+    Param {
+        repeatable: true,
+        ..Param::text("server", "Only these configured servers; repeatable.")
+    },
+];
+
 pub(crate) async fn servers(
     State(gateway): State<Arc<Gateway>>,
     _: Admin,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    if let Err(bad) = parameters(raw.as_deref(), &[], &[]) {
+    if let Err(bad) = parameters(raw.as_deref(), &[]) {
         return bad_request(&bad);
     }
-    Json(json!({"servers": overview::servers(&gateway).await})).into_response()
+    let servers = overview::servers(&gateway).await;
+    Json(ServerList { servers }).into_response()
+}
+
+/// `GET /admin/v1/servers`' answer.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct ServerList {
+    /// In configuration order.
+    pub servers: Vec<overview::ServerRow>,
 }
 
 pub(crate) async fn tools(
@@ -85,7 +130,7 @@ pub(crate) fn tools_query(
     config: &config::Config,
 ) -> Result<ToolsQuery, String> {
     let mut query = ToolsQuery::default();
-    for (name, value) in parameters(raw, &["server", "profile"], &[])? {
+    for (name, value) in parameters(raw, TOOLS_QUERY)? {
         match name.as_str() {
             "server" => query.server = Some(known_server(config, value)?),
             _ => {
@@ -114,8 +159,7 @@ pub(crate) fn search_query(
         strategy: None,
         servers: Vec::new(),
     };
-    let known = ["q", "top_k", "strategy", "server"];
-    for (name, value) in parameters(raw, &known, &["server"])? {
+    for (name, value) in parameters(raw, SEARCH_QUERY)? {
         match name.as_str() {
             "q" => query.query = value,
             "top_k" => {
@@ -186,26 +230,27 @@ fn with_question_mark(pairs: String) -> String {
 }
 
 /// The query string's parameters in order: each one of `known`, and given once unless it is
-/// `repeatable`; else why not.
+/// repeatable; else why not. `known` is the route's table, which the OpenAPI document also
+/// describes.
 pub(crate) fn parameters(
     raw: Option<&str>,
-    known: &[&str],
-    repeatable: &[&str],
+    known: &[Param],
 ) -> Result<Vec<(String, String)>, String> {
     let mut seen: Vec<(String, String)> = Vec::new();
     for (name, value) in url::form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        if !known.contains(&name.as_ref()) {
+        let Some(param) = known.iter().find(|param| param.name == name) else {
             return Err(if known.is_empty() {
                 format!("unknown parameter '{}': this route takes none", clip(&name))
             } else {
+                let names: Vec<&str> = known.iter().map(|param| param.name).collect();
                 format!(
                     "unknown parameter '{}': this route takes {}",
                     clip(&name),
-                    known.join(", ")
+                    names.join(", ")
                 )
             });
-        }
-        if !repeatable.contains(&name.as_ref()) && seen.iter().any(|(seen, _)| *seen == name) {
+        };
+        if !param.repeatable && seen.iter().any(|(seen, _)| *seen == name) {
             return Err(format!("the parameter {name} is given more than once"));
         }
         seen.push((name.into_owned(), value.into_owned()));
@@ -303,7 +348,7 @@ mod tests {
             Err("no profile named 'nobody' in the configuration".to_owned())
         );
         assert_eq!(
-            parameters(Some("x=1"), &[], &[]),
+            parameters(Some("x=1"), &[]),
             Err("unknown parameter 'x': this route takes none".to_owned())
         );
     }

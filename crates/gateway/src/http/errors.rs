@@ -31,7 +31,9 @@ use axum::{
     http::{StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
 /// JSON-RPC "invalid request": the request cannot be served as sent.
 pub(crate) const INVALID_REQUEST: i64 = -32600;
@@ -54,13 +56,47 @@ pub(crate) fn json_rpc_with_id(
     code: i64,
     message: &str,
 ) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let body = JsonRpcError {
+        jsonrpc: "2.0",
+        id,
+        error: JsonRpcErrorObject { code, message },
+    };
     (status, Json(body)).into_response()
+}
+
+/// A JSON-RPC error answer (`/mcp`, and the client authentication in front of every route).
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct JsonRpcError<'a> {
+    /// `2.0`.
+    jsonrpc: &'a str,
+    /// The request's id, or `null` when it was not read.
+    id: Value,
+    error: JsonRpcErrorObject<'a>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct JsonRpcErrorObject<'a> {
+    code: i64,
+    message: &'a str,
 }
 
 /// `{"error": message}`: the admin routes' shape, and every other JSON route's.
 pub(crate) fn plain(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
+    let body = Refusal {
+        error: message,
+        problems: None,
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Every refusal of a JSON route that is not JSON-RPC.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Refusal<'a> {
+    /// What was refused and why, in words.
+    pub error: &'a str,
+    /// A refused server change: each problem the configuration loader found, by key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problems: Option<&'a [String]>,
 }
 
 /// A refusal in the shape of the route `path` belongs to: JSON-RPC (`-32600`) on `/mcp`,
@@ -95,6 +131,7 @@ fn retry_later(status: StatusCode, retry_after_s: &'static str, message: &str) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     async fn body(response: Response) -> Value {
         let bytes = axum::body::to_bytes(response.into_body(), 4096)

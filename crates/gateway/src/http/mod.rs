@@ -23,6 +23,7 @@ pub(crate) mod errors;
 pub(crate) mod guard;
 pub(crate) mod json_reply;
 pub(crate) mod jwt;
+pub(crate) mod openapi;
 pub(crate) mod serve;
 pub(crate) mod session_owner;
 

@@ -36,7 +36,8 @@ use std::{
 
 use catalog::{ServerTools, naming::Namer};
 use ids::QualifiedName;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use store::{PinHash, SeenTool};
 
@@ -608,17 +609,45 @@ pub(crate) async fn watch_approvals(gateway: Weak<Gateway>) {
 
 /// One held tool as the admin endpoint and `mcpgw tools held --json` show it.
 pub fn held_json(tool: &HeldTool) -> Value {
-    json!({
-        "name": tool.qualified,
-        "server": tool.server,
-        "upstream_name": tool.upstream_name,
-        "changed": tool.changed_fields(),
-        "since": crate::oauth::unix_seconds(tool.since),
-        "sha256": hex(&tool.hash),
-        "trusted": tool.trusted,
-        "new": tool.new,
-        "diff": tool.diff(),
-    })
+    serde_json::to_value(HeldRow::from(tool)).unwrap_or_default()
+}
+
+/// A held tool as the admin API shows it: both definitions and their diff.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct HeldRow {
+    /// Its qualified name, `server__tool`.
+    pub name: ids::QualifiedName,
+    pub server: ids::ServerName,
+    /// The upstream's own name.
+    pub upstream_name: String,
+    /// The fields of the definition that changed.
+    pub changed: Vec<&'static str>,
+    /// When the change was first seen (Unix seconds).
+    pub since: i64,
+    /// The SHA-256 of the new definition, which an approval trusts.
+    pub sha256: String,
+    /// The trusted definition (`null` if the stored one could not be read).
+    pub trusted: Value,
+    /// The changed definition the upstream offers now.
+    pub new: Value,
+    /// A line diff of the two.
+    pub diff: String,
+}
+
+impl From<&HeldTool> for HeldRow {
+    fn from(tool: &HeldTool) -> HeldRow {
+        HeldRow {
+            name: tool.qualified.clone(),
+            server: tool.server.clone(),
+            upstream_name: tool.upstream_name.clone(),
+            changed: tool.changed_fields(),
+            since: crate::oauth::unix_seconds(tool.since),
+            sha256: hex(&tool.hash),
+            trusted: tool.trusted.clone(),
+            new: tool.new.clone(),
+            diff: tool.diff(),
+        }
+    }
 }
 
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -627,6 +656,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn check_hash(a: Value, b: Value, same: bool) {
