@@ -390,7 +390,11 @@ impl Server {
                         Some(express) => {
                             call_express(&express, &session, &calls, params, &options, idle).await
                         }
-                        None => call_once(&session, &calls, params, &options, idle).await,
+                        None => {
+                            // Boxed: rmcp's request future is large and an express call never
+                            // runs it.
+                            Box::pin(call_once(&session, &calls, params, &options, idle)).await
+                        }
                     }
                 }
             })
@@ -522,7 +526,7 @@ impl Server {
             let outcome = outcome.map_err(|error| self.explain_lost(error));
             match outcome {
                 Err(error) if error.session_lost() && !retried => {
-                    self.drop_session(&session).await;
+                    Box::pin(self.drop_session(&session)).await;
                     // A non-idempotent request already sent to a live session may have been
                     // processed before the session died: report instead of repeating it.
                     if !idempotent && was_open {
@@ -533,7 +537,7 @@ impl Server {
                 }
                 Err(error) => {
                     if error.session_lost() {
-                        self.drop_session(&session).await;
+                        Box::pin(self.drop_session(&session)).await;
                     }
                     // Refused credentials make the server unusable although the session lives
                     // on: say so in its state (`/healthz`, `servers list`), and let the
@@ -569,7 +573,9 @@ impl Server {
                 server: self.name().to_owned(),
             });
         }
-        self.connect_locked().await
+        // Boxed: the connect future is large, and inline it would be part of (and moved with)
+        // every call's future although a call almost never connects.
+        Box::pin(self.connect_locked()).await
     }
 
     /// A new session's facts, in the server's status.

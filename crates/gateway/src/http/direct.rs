@@ -219,7 +219,9 @@ impl Direct {
         context.extensions.insert(parts);
         self.metrics.direct_call();
         let task = tokio::spawn(async move {
-            let result = entry.front.handle_request(request, context).await;
+            // Boxed: rmcp's handler future (every method's, the upstream call's within) is
+            // large, and a task's future is moved more than once on its way into the task.
+            let result = Box::pin(entry.front.handle_request(request, context)).await;
             lock(&entry.in_flight).remove(&id);
             encode(result, id)
         });

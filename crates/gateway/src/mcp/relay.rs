@@ -276,7 +276,8 @@ pub(crate) async fn call(
                 retry.take(),
                 caller,
             );
-            drive(gateway, running, caller, || lock(audit).take()).await
+            // Boxed, as `answer_inputs` below: a plain call's future need not carry them.
+            Box::pin(drive(gateway, running, caller, || lock(audit).take())).await
         };
         gateway
             .metrics()
@@ -289,7 +290,7 @@ pub(crate) async fn call(
         if caller.modern {
             return pass_through(server.name(), caller, input);
         }
-        match answer_inputs(server.name(), caller, input).await {
+        match Box::pin(answer_inputs(server.name(), caller, input)).await {
             Ok(answers) => retry = Some(answers),
             Err(result) => return Relayed::Result(result),
         }

@@ -106,6 +106,19 @@ impl Pipeline<'_> {
         ) {
             return Gate::Proceed(arguments);
         }
+        // Boxed: the store's futures are large, and a call needing no approval (the common
+        // case) should not carry them.
+        Box::pin(self.approval(call, target, arguments)).await
+    }
+
+    /// [`Pipeline::approve`] for a call the policy says needs approval.
+    async fn approval(
+        &self,
+        call: &Call<'_>,
+        target: &Target,
+        arguments: Option<Map<String, Value>>,
+    ) -> Gate {
+        let policy = &self.gateway.config().policy.approval;
         let tool = &target.qualified;
         let Some(store) = self.gateway.store() else {
             call.record

@@ -242,7 +242,7 @@ impl Pipeline<'_> {
         match self.attempt(tool, found, call).await? {
             Attempt::SignIn { server, error } => {
                 call.record.note(|r| r.not_run("sign-in needed"));
-                self.sign_in(&server, &error, tool, found, call).await
+                Box::pin(self.sign_in(&server, &error, tool, found, call)).await
             }
             attempt => attempt.respond(),
         }
@@ -257,10 +257,12 @@ impl Pipeline<'_> {
     ) -> Result<Attempt, McpError> {
         let (catalog, target) = match found {
             Found::Listed(target) => (self.gateway.catalog(), target.clone()),
-            Found::Unlisted(server) => match self.list_now(server, &tool.name, call).await {
-                Ok(listed) => listed,
-                Err(attempt) => return Ok(attempt),
-            },
+            Found::Unlisted(server) => {
+                match Box::pin(self.list_now(server, &tool.name, call)).await {
+                    Ok(listed) => listed,
+                    Err(attempt) => return Ok(attempt),
+                }
+            }
         };
         let server = match self.upstream_for(&target.server, call) {
             Ok(server) => server,

@@ -229,7 +229,14 @@ impl Pipeline<'_> {
         }
         let mut finished = self.logins.watch(name, &call.access.principal);
         let deadline = Instant::now() + LOGIN_TTL;
-        match login::wait_for_sign_in(&mut finished, serial, deadline, &call.ct).await {
+        match Box::pin(login::wait_for_sign_in(
+            &mut finished,
+            serial,
+            deadline,
+            &call.ct,
+        ))
+        .await
+        {
             Waited::SignedIn => None,
             other => Some(not_signed_in(name, other)),
         }
