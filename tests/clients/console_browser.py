@@ -46,6 +46,7 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -215,7 +216,8 @@ def click_to_next_page(driver, button) -> None:
     # answer "Node with given id does not belong to the document" instead of a stale element.)
     driver.execute_script("window.__mcpgwOldPage = true")
     button.click()
-    WebDriverWait(driver, 60).until(
+    # A script run while the old page unloads may fail: asked again until the new one answers.
+    WebDriverWait(driver, 60, ignored_exceptions=(WebDriverException,)).until(
         lambda d: d.execute_script(
             "return window.__mcpgwOldPage === undefined && document.readyState === 'complete'"
         )
