@@ -46,7 +46,7 @@ from pathlib import Path
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = "/usr/bin/chromium"
@@ -211,10 +211,17 @@ def add_server(driver, args, out: Path) -> dict:
 def click_to_next_page(driver, button) -> None:
     """Presses a form's button and waits until the page it answers with has replaced this one
     (a wait for an element alone could find it on the old page)."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    # A mark on this page's window: the answer's page is a new window object without it.
+    # (Asking the old page's element whether it went stale raced the navigation: Chromium may
+    # answer "Node with given id does not belong to the document" instead of a stale element.)
+    driver.execute_script("window.__mcpgwOldPage = true")
     button.click()
-    WebDriverWait(driver, 60).until(staleness_of(old))
-    WebDriverWait(driver, 60).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    # A script run while the old page unloads may fail: asked again until the new one answers.
+    WebDriverWait(driver, 60, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.__mcpgwOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def server_state(driver) -> dict:
