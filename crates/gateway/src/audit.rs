@@ -51,6 +51,8 @@ pub struct AuditRecord {
     pub error: Option<String>,
     at: SystemTime,
     started: Instant,
+    /// The time spent waiting for the upstream server, over every round of the call.
+    upstream: Duration,
 }
 
 impl AuditRecord {
@@ -71,6 +73,7 @@ impl AuditRecord {
             error: None,
             at: SystemTime::now(),
             started: Instant::now(),
+            upstream: Duration::ZERO,
         }
     }
 
@@ -109,6 +112,12 @@ impl AuditRecord {
     }
 
     /// The store's row for this record, its latency measured now.
+    /// Adds `took`, one round of waiting for the upstream server, to the call's upstream time
+    /// (the `mcpgw_gateway_call_duration_seconds` histogram is the rest).
+    pub fn add_upstream(&mut self, took: Duration) {
+        self.upstream += took;
+    }
+
     fn into_entry(self) -> store::AuditEntry {
         store::AuditEntry {
             at: self.at,
@@ -129,6 +138,7 @@ impl Gateway {
     /// failed write is logged at warn, a full queue drops and counts the record (see
     /// [`writer`]); without a database the record only reaches the debug log.
     pub fn audit(&self, record: AuditRecord) {
+        let upstream = record.upstream;
         let entry = record.into_entry();
         // A name the catalog does not list came from the client: not a label value.
         let tool = if self.catalog().get(&entry.tool).is_some() {
@@ -142,6 +152,7 @@ impl Gateway {
             entry.decision.as_str(),
             entry.outcome.as_str(),
             entry.latency,
+            upstream,
         );
         tracing::debug!(
             principal = %entry.principal,

@@ -102,6 +102,7 @@ pub struct Metrics {
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     call_seconds: Family<ServerLabels, Histogram>,
+    gateway_seconds: Family<ServerLabels, Histogram>,
     upstream_seconds: Family<ServerLabels, Histogram>,
     searches: Family<StrategyLabels, Counter>,
     search_seconds: Family<StrategyLabels, Histogram>,
@@ -234,6 +235,12 @@ impl Metrics {
             "Time from a tool call's arrival to its answer, gateway and upstream together",
             per_server(),
         );
+        let gateway_seconds = register(
+            registry_ref,
+            "gateway_call_duration_seconds",
+            "The gateway's own part of a tool call: its whole time less the upstream's (a wait for approval or sign-in included)",
+            per_server(),
+        );
         let upstream_seconds = register(
             registry_ref,
             "upstream_call_duration_seconds",
@@ -263,6 +270,7 @@ impl Metrics {
         Metrics {
             calls,
             call_seconds,
+            gateway_seconds,
             upstream_seconds,
             searches,
             search_seconds,
@@ -302,7 +310,8 @@ impl Metrics {
         }
     }
 
-    /// One tool call ended: `tool` is its qualified name, or [`UNLISTED`].
+    /// One tool call ended after `took`, of which `upstream` waiting for the upstream server:
+    /// `tool` is its qualified name, or [`UNLISTED`].
     pub fn call(
         &self,
         server: &str,
@@ -310,6 +319,7 @@ impl Metrics {
         decision: &'static str,
         outcome: &'static str,
         took: Duration,
+        upstream: Duration,
     ) {
         self.calls
             .get_or_create(&CallLabels {
@@ -319,11 +329,15 @@ impl Metrics {
                 outcome,
             })
             .inc();
+        let labels = ServerLabels {
+            server: server.to_owned(),
+        };
         self.call_seconds
-            .get_or_create(&ServerLabels {
-                server: server.to_owned(),
-            })
+            .get_or_create(&labels)
             .observe(took.as_secs_f64());
+        self.gateway_seconds
+            .get_or_create(&labels)
+            .observe(took.saturating_sub(upstream).as_secs_f64());
     }
 
     /// The upstream `server` answered a relayed call (or failed to) after `took`.
@@ -470,6 +484,7 @@ mod tests {
             "allowed",
             "ok",
             Duration::from_millis(3),
+            Duration::from_millis(2),
         );
         metrics.upstream_call("time", Duration::from_millis(2));
         metrics.search("bm25", Duration::from_micros(300));
@@ -485,6 +500,8 @@ mod tests {
             "mcpgw_tool_calls_total{server=\"time\",tool=\"time__now\",decision=\"allowed\",outcome=\"ok\"} 1",
             "mcpgw_tool_call_duration_seconds_count{server=\"time\"} 1",
             "mcpgw_upstream_call_duration_seconds_count{server=\"time\"} 1",
+            "mcpgw_gateway_call_duration_seconds_count{server=\"time\"} 1",
+            "mcpgw_gateway_call_duration_seconds_sum{server=\"time\"} 0.001",
             "mcpgw_searches_total{strategy=\"bm25\"} 1",
             "mcpgw_sessions_open 1",
             "mcpgw_upstream_up{server=\"time\"} 0",

@@ -189,6 +189,27 @@ fn prometheus_scrapes_calls_searches_and_upstream_state_with_the_admin_token() {
         "a name the client made up is no label value:\n{text}"
     );
     assert!(text.contains("mcpgw_upstream_call_duration_seconds_count{server=\"everything\"} 1"));
+    // The gateway's own part of the call is its own series, and no larger than the whole.
+    assert!(text.contains("mcpgw_gateway_call_duration_seconds_count{server=\"everything\"} 1"));
+    let whole = scraped(
+        &gateway,
+        "mcpgw_tool_call_duration_seconds_sum{server=\"everything\"}",
+    )
+    .expect("the call's time");
+    let own = scraped(
+        &gateway,
+        "mcpgw_gateway_call_duration_seconds_sum{server=\"everything\"}",
+    )
+    .expect("the gateway's part of it");
+    let upstream = scraped(
+        &gateway,
+        "mcpgw_upstream_call_duration_seconds_sum{server=\"everything\"}",
+    )
+    .expect("the upstream's part of it");
+    assert!(
+        own >= 0.0 && own < whole && upstream > 0.0 && upstream <= whole,
+        "gateway {own} s + upstream {upstream} s of a {whole} s call"
+    );
     // The echo call's audit row is written (the writer works in the background).
     wait_until("the call's audit row", Duration::from_secs(30), || {
         written(&gateway) > written_at_start

@@ -279,9 +279,11 @@ pub(crate) async fn call(
             // Boxed, as `answer_inputs` below: a plain call's future need not carry them.
             Box::pin(drive(gateway, running, caller, || lock(audit).take())).await
         };
-        gateway
-            .metrics()
-            .upstream_call(server.name(), started.elapsed());
+        let took = started.elapsed();
+        gateway.metrics().upstream_call(server.name(), took);
+        if let Some(record) = lock(audit).as_mut() {
+            record.add_upstream(took);
+        }
         let input = match driven {
             Driven::Done(Ok(CallToolResponse::InputRequired(input))) => input,
             Driven::Done(other) => return Relayed::Done(other),
