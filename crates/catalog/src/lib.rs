@@ -437,6 +437,8 @@ impl Catalog {
             query_vectors: None,
             strategy: Strategy::Bm25,
             hybrid: retrieval::Hybrid::default(),
+            feedback: None,
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k,
             filter,
@@ -523,6 +525,12 @@ impl Catalog {
         let query = request.queries[at].as_str();
         let hybrid = &request.hybrid;
         let lexical = || self.lexical.index.rank(query, keep);
+        // BM25 answering alone gets pseudo-relevance feedback when the request asks for it.
+        let lexical_alone = || {
+            self.lexical
+                .index
+                .rank_with(query, request.feedback.as_ref(), keep)
+        };
         let semantic = || -> Vec<Hit> {
             let vector_index = self.vectors.as_ref().map(|vectors| &vectors.index);
             let query_vectors = request.query_vectors.unwrap_or_default();
@@ -534,35 +542,42 @@ impl Catalog {
             }
         };
         match strategy {
-            Strategy::Bm25 => (lexical(), Scoring::Bm25),
+            Strategy::Bm25 => (lexical_alone(), Scoring::Bm25),
             Strategy::Vector => (semantic(), Scoring::Vector),
             // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
             // unless it is needed because no vector hit is strong enough.
-            Strategy::Hybrid if hybrid.balance == 0 => (lexical(), Scoring::Bm25),
+            Strategy::Hybrid if hybrid.balance == 0 => (lexical_alone(), Scoring::Bm25),
             // An English-only model turns Chinese, Japanese or Korean text into near-noise
             // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
             Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
-                (lexical(), Scoring::Bm25)
+                (lexical_alone(), Scoring::Bm25)
             }
             Strategy::Hybrid => {
                 let semantic = semantic();
-                if hybrid.balance >= 100 && !semantic.is_empty() {
+                if semantic.is_empty() {
+                    return (lexical_alone(), Scoring::Bm25);
+                }
+                if hybrid.balance >= 100 {
                     return (semantic, Scoring::Vector);
                 }
-                let lexical = lexical();
-                // `Hybrid::fuse_top` serves one list as is when the other is empty.
-                let scoring = match (lexical.is_empty(), semantic.is_empty()) {
-                    (_, true) => Scoring::Bm25,
-                    (true, false) => Scoring::Vector,
-                    (false, false) => {
-                        let semantic_weight = f32::from(hybrid.balance.min(100)) / 100.0;
-                        Scoring::Fused {
-                            bm25_weight: 1.0 - semantic_weight,
-                            vector_weight: semantic_weight,
-                        }
-                    }
+                let lexical = if request.feedback_in_fusion {
+                    lexical_alone()
+                } else {
+                    lexical()
                 };
-                (hybrid.fuse_top(&lexical, &semantic, key, depth), scoring)
+                if lexical.is_empty() {
+                    return (semantic, Scoring::Vector);
+                }
+                let terms = self.lexical.index.query_length(query);
+                let vector_weight = hybrid.semantic_weight(terms);
+                let scoring = Scoring::Fused {
+                    bm25_weight: 1.0 - vector_weight,
+                    vector_weight,
+                };
+                (
+                    hybrid.fuse_top(&lexical, &semantic, terms, key, depth),
+                    scoring,
+                )
             }
         }
     }
@@ -593,7 +608,16 @@ impl Catalog {
                 .map(|(at, hit)| (key(hit.doc), (at + 1, hit.score)))
                 .collect()
         };
-        let lexical = positions(self.lexical.index.rank(query, &keep));
+        // The BM25 list as the search used it: with feedback only where BM25 answered alone.
+        let feedback = match scoring {
+            Scoring::Bm25 | Scoring::Capabilities if strategy == Strategy::Bm25 => {
+                request.feedback.as_ref()
+            }
+            Scoring::Bm25 => request.feedback.as_ref(),
+            Scoring::Fused { .. } if request.feedback_in_fusion => request.feedback.as_ref(),
+            _ => None,
+        };
+        let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
         let semantic = match (
             self.vectors.as_ref(),
             request.query_vectors.and_then(|vectors| vectors.first()),
@@ -1140,6 +1164,8 @@ mod tests {
             query_vectors,
             strategy,
             hybrid: retrieval::Hybrid::default(),
+            feedback: None,
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k: 5,
             filter,

@@ -29,8 +29,8 @@ mod needs;
 mod vector;
 
 pub use analyzer::{Analyzer, Language, tokenize};
-pub use bm25::{Bm25Index, Bm25Params, FieldWeights, Hit};
+pub use bm25::{Bm25Index, Bm25Params, FEEDBACK_DOC_TERMS, Feedback, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
-pub use hybrid::{Hybrid, RRF_K, fuse, fuse_top};
+pub use hybrid::{ADAPTIVE_RANGE, Adaptive, Hybrid, RRF_K, fuse, fuse_top};
 pub use needs::{MAX_NEEDS, split_needs};
 pub use vector::{VectorError, VectorIndex};
