@@ -1004,6 +1004,149 @@ mod tests {
             .assert_eq(&format!("{index:?}"));
     }
 
+    /// Tools of a paper workflow: a request for "arxiv papers" finds the search tool, and only
+    /// feedback (its words "summary", "abstract") reaches the summariser.
+    const PAPERS: &[Spec<'_>] = &[
+        (
+            "papers__search_arxiv",
+            &[
+                (Field::Name, "search_arxiv"),
+                (
+                    Field::Description,
+                    "Search arxiv papers for an abstract and summary",
+                ),
+                (Field::ParamName, "query"),
+            ],
+        ),
+        (
+            "papers__summarize",
+            &[
+                (Field::Name, "summarize"),
+                (Field::Description, "Write a short summary of an abstract"),
+                (Field::ParamName, "text"),
+            ],
+        ),
+        (
+            "notes__save",
+            &[
+                (Field::Name, "save_note"),
+                (Field::Description, "Save a note"),
+                (Field::ParamName, "text"),
+            ],
+        ),
+    ];
+
+    /// Ranks `query` with `feedback` (None: plain) and renders `key score` per hit.
+    fn check_feedback(specs: &[Spec<'_>], query: &str, feedback: Option<Feedback>, expect: Expect) {
+        let docs = documents(specs);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let hits = index.rank_with(query, feedback.as_ref(), &|_| true);
+        let rendered: Vec<String> = hits
+            .iter()
+            .map(|hit| format!("{} {:.3}", docs[hit.doc as usize].key, hit.score))
+            .collect();
+        expect.assert_eq(&rendered.join(", "));
+    }
+
+    #[test]
+    fn feedback_reaches_a_tool_only_the_best_hit_shares_words_with() {
+        check_feedback(
+            PAPERS,
+            "find arxiv papers",
+            None,
+            expect!["papers__search_arxiv 2.442"],
+        );
+        check_feedback(
+            PAPERS,
+            "find arxiv papers",
+            Some(Feedback::default()),
+            expect!["papers__search_arxiv 2.711, papers__summarize 0.016"],
+        );
+    }
+
+    #[test]
+    fn feedback_keeps_the_query_terms_at_full_weight() {
+        // The expansion only adds: every plain hit keeps at least its plain score.
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let plain = index.rank("summary of a note", &|_| true);
+        let expanded = index.rank_with("summary of a note", Some(&Feedback::default()), &|_| true);
+        for hit in &plain {
+            let after = expanded
+                .iter()
+                .find(|h| h.doc == hit.doc)
+                .expect("still a hit");
+            assert!(after.score >= hit.score, "{plain:?} -> {expanded:?}");
+        }
+    }
+
+    #[test]
+    fn feedback_switched_off_is_the_plain_ranking() {
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let plain = index.rank("arxiv summary", &|_| true);
+        for off in [
+            Feedback {
+                docs: 0,
+                ..Feedback::default()
+            },
+            Feedback {
+                terms: 0,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: 0.0,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: f32::NAN,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: -1.0,
+                ..Feedback::default()
+            },
+        ] {
+            assert_eq!(
+                index.rank_with("arxiv summary", Some(&off), &|_| true),
+                plain,
+                "{off:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn feedback_documents_come_from_what_the_filter_lets_through() {
+        // With the search tool filtered out, the summariser is the best hit and its words
+        // ("summary", "abstract", "text") reach the note tool through "text".
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let keep = |doc: DocId| doc != 0;
+        let keys_of = |hits: &[Hit]| keys(&docs, hits);
+        assert_eq!(keys_of(&index.rank("summary", &keep)), "papers__summarize");
+        assert_eq!(
+            keys_of(&index.rank_with("summary", Some(&Feedback::default()), &keep)),
+            "papers__summarize notes__save"
+        );
+    }
+
+    #[test]
+    fn document_terms_are_bounded_and_sum_to_at_most_one() {
+        let long: String = (0..100).map(|i| format!("word{i} ")).collect();
+        let docs = documents(&[
+            ("long", &[(Field::Description, &long)]),
+            ("short", TOOLS[0].1),
+        ]);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        for doc in 0..docs.len() {
+            let terms = &index.doc_terms[index.doc_offsets[doc]..index.doc_offsets[doc + 1]];
+            assert!(terms.len() <= FEEDBACK_DOC_TERMS);
+            let mass: f32 = terms.iter().map(|&(_, p)| p).sum();
+            assert!(mass > 0.0 && mass <= 1.0 + 1e-6, "{mass}");
+            assert!(terms.windows(2).all(|pair| pair[0].1 >= pair[1].1));
+        }
+    }
+
     // Property tests: a small vocabulary so documents and queries overlap often.
 
     const WORDS: &[&str] = &[
@@ -1063,6 +1206,33 @@ mod tests {
             prop_assert_eq!(returned.len(), hits.len());
             prop_assert_eq!(returned, expected);
             prop_assert!(hits.iter().all(|hit| hit.score.is_finite() && hit.score > 0.0));
+        }
+
+        #[test]
+        fn feedback_ranking_invariants_hold(
+            docs in docs(), query in text(), mask in prop::collection::vec(any::<bool>(), 12),
+            fb_docs in 0usize..4, fb_terms in 0usize..12, weight in 0.0f32..1.0,
+        ) {
+            let keep = |doc: DocId| mask[doc as usize];
+            let feedback = Feedback { docs: fb_docs, terms: fb_terms, weight };
+            let index = Bm25Index::build(&docs, &Bm25Params::default());
+            let hits = index.rank_with(&query, Some(&feedback), &keep);
+            prop_assert_eq!(&hits, &index.rank_with(&query, Some(&feedback), &keep));
+            let reversed: Vec<&str> = query.split(' ').rev().collect();
+            prop_assert_eq!(&hits, &index.rank_with(&reversed.join(" "), Some(&feedback), &keep));
+            for pair in hits.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let ordered = a.score > b.score
+                    || (a.score == b.score
+                        && (&docs[a.doc as usize].key, a.doc) < (&docs[b.doc as usize].key, b.doc));
+                prop_assert!(ordered, "{:?} before {:?}", a, b);
+            }
+            // Every plain hit stays, only kept documents come in, each once, scores finite.
+            let plain = index.rank(&query, &keep);
+            let returned: HashSet<DocId> = hits.iter().map(|hit| hit.doc).collect();
+            prop_assert_eq!(returned.len(), hits.len());
+            prop_assert!(plain.iter().all(|hit| returned.contains(&hit.doc)));
+            prop_assert!(hits.iter().all(|hit| keep(hit.doc) && hit.score.is_finite() && hit.score > 0.0));
         }
 
         #[test]

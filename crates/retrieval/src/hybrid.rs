@@ -456,7 +456,9 @@ mod tests {
         // keeps a sliver of either list at the extremes.
         check_weights(
             &[0, 1, 3, 8, 13, 16, 20, 30, 100],
-            expect_test::expect!["0:0.950 1:0.950 3:0.940 8:0.690 13:0.440 16:0.290 20:0.090 30:0.050 100:0.050"],
+            expect_test::expect![
+                "0:0.950 1:0.950 3:0.940 8:0.690 13:0.440 16:0.290 20:0.090 30:0.050 100:0.050"
+            ],
         );
     }
 
@@ -474,7 +476,10 @@ mod tests {
                 adaptive: Some(Adaptive::default()),
                 ..Hybrid::default()
             };
-            assert_eq!(hybrid.semantic_weight(3), f32::from(balance.min(100)) / 100.0);
+            assert_eq!(
+                hybrid.semantic_weight(3),
+                f32::from(balance.min(100)) / 100.0
+            );
         }
         let broken = Adaptive {
             slope: f32::NAN,
@@ -485,7 +490,8 @@ mod tests {
             span: 0.0,
             ..Adaptive::default()
         };
-        assert_eq!(no_span.semantic_weight(0.45, 1), 0.95);
+        // A span of one term: 0.45 - 0.8 * (1 - 0.8).
+        assert!((no_span.semantic_weight(0.45, 1) - 0.29).abs() < 1e-6);
     }
 
     #[test]
