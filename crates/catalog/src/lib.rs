@@ -568,7 +568,10 @@ impl Catalog {
                 if lexical.is_empty() {
                     return (semantic, Scoring::Vector);
                 }
-                let terms = self.lexical.index.query_length(query);
+                let terms = match hybrid.adaptive {
+                    Some(adaptive) if adaptive.words => query.split_whitespace().count(),
+                    _ => self.lexical.index.query_length(query),
+                };
                 let vector_weight = hybrid.semantic_weight(terms);
                 let scoring = Scoring::Fused {
                     bm25_weight: 1.0 - vector_weight,
@@ -1288,6 +1291,82 @@ mod tests {
         };
         assert_eq!(run(Strategy::Hybrid, 0), run(Strategy::Bm25, 50));
         assert_eq!(run(Strategy::Hybrid, 100), run(Strategy::Vector, 50));
+    }
+
+    #[test]
+    fn feedback_applies_where_bm25_answers_alone_and_never_inside_fusion() {
+        let catalog = vector_catalog();
+        let queries = ["read file".to_string()];
+        let vectors = [topic_vector(&[("code", 1.0)])];
+        let filter = Filter::default();
+        let feedback = Some(retrieval::Feedback::default());
+        let run = |strategy, balance, feedback, vectors: Option<&[Vec<f32>]>| {
+            let mut request = request(&queries, vectors, strategy, &filter);
+            request.hybrid.balance = balance;
+            request.feedback = feedback;
+            request.top_k = 100;
+            catalog.search_with(&request).hits
+        };
+        let scores = |hits: Vec<SearchHit<'_>>| -> Vec<(String, f32)> {
+            hits.iter()
+                .map(|hit| (hit.tool.qualified.to_string(), hit.score))
+                .collect()
+        };
+        let plain = scores(run(Strategy::Bm25, 45, None, None));
+        let expanded = scores(run(Strategy::Bm25, 45, feedback, None));
+        assert_ne!(plain, expanded, "feedback changes BM25 alone");
+        // Balance 0 and a search without vectors are BM25 alone too.
+        assert_eq!(
+            scores(run(Strategy::Hybrid, 0, feedback, Some(&vectors))),
+            expanded
+        );
+        assert_eq!(scores(run(Strategy::Hybrid, 45, feedback, None)), expanded);
+        // Inside fusion the BM25 list is the plain one.
+        assert_eq!(
+            scores(run(Strategy::Hybrid, 45, feedback, Some(&vectors))),
+            scores(run(Strategy::Hybrid, 45, None, Some(&vectors)))
+        );
+    }
+
+    #[test]
+    fn explained_fusion_weights_are_the_query_s_own() {
+        let catalog = vector_catalog();
+        let filter = Filter::default();
+        let vectors = [topic_vector(&[("files", 1.0)])];
+        let weights = |query: &str, adaptive: Option<retrieval::Adaptive>| {
+            let queries = [query.to_string()];
+            let mut request = request(&queries, Some(&vectors), Strategy::Hybrid, &filter);
+            request.hybrid.balance = 45;
+            request.hybrid.adaptive = adaptive;
+            request.top_k = 100;
+            let outcome = catalog.search_with(&request);
+            let explanation = catalog.explain(&request, &outcome.hits);
+            // Every fused score is what the explained ranks and weights say.
+            let Scoring::Fused {
+                bm25_weight,
+                vector_weight,
+            } = explanation.scoring
+            else {
+                panic!("not fused: {explanation:?}");
+            };
+            for (hit, sources) in outcome.hits.iter().zip(&explanation.sources) {
+                let part = |place: Option<(usize, f32)>, weight: f32| {
+                    place.map_or(0.0, |(rank, _)| weight / (retrieval::RRF_K + rank as f32))
+                };
+                let expected =
+                    part(sources.bm25, bm25_weight) + part(sources.vector, vector_weight);
+                assert!((hit.score - expected).abs() < 1e-6, "{hit:?} {sources:?}");
+            }
+            vector_weight
+        };
+        let adaptive = Some(retrieval::Adaptive::default());
+        assert_eq!(weights("read file", None), 0.45);
+        let short = weights("read file", adaptive);
+        let long = weights(
+            "read the file from the disk and every file of the folder then read each line of it again slowly and carefully please",
+            adaptive,
+        );
+        assert!(short > 0.45 && long < short, "{short} {long}");
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub(crate) struct Args {
     caution: bool,
     /// Query-dependent fusion, as the gateway does: the hybrid balance moves per query by its
     /// length (`on` or `off`; off keeps the balance for every query).
-    #[arg(long, default_value = "on", value_parser = on_off, value_name = "on|off")]
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
     adaptive: bool,
     /// With --adaptive on: how far the semantic weight moves per span of query terms.
     #[arg(long, default_value_t = retrieval::Adaptive::default().slope)]
@@ -111,6 +111,9 @@ pub(crate) struct Args {
     /// With --adaptive on: query terms per span.
     #[arg(long, default_value_t = retrieval::Adaptive::default().span)]
     adaptive_span: f32,
+    /// With --adaptive on: count whitespace-separated words instead of analysed terms.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = retrieval::Adaptive::default().words, value_name = "BOOL")]
+    adaptive_words: bool,
     /// Pseudo-relevance feedback (RM3) where BM25 answers alone, as the gateway does: the
     /// number of feedback documents (0 switches it off).
     #[arg(long, default_value_t = retrieval::Feedback::default().docs, value_name = "DOCS")]
@@ -201,6 +204,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 slope: args.adaptive_slope,
                 pivot: args.adaptive_pivot,
                 span: args.adaptive_span,
+                words: args.adaptive_words,
             }),
         },
         feedback: (args.feedback > 0).then_some(Feedback {
@@ -279,8 +283,11 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 balance: args.balance,
                 fusion: match &options.hybrid.adaptive {
                     Some(a) => format!(
-                        "adaptive slope={} pivot={} span={}",
-                        a.slope, a.pivot, a.span
+                        "adaptive slope={} pivot={} span={}{}",
+                        a.slope,
+                        a.pivot,
+                        a.span,
+                        if a.words { " words" } else { "" }
                     ),
                     None => "fixed".to_string(),
                 },

@@ -34,7 +34,7 @@
 //! percent off the build, but the text comes from upstream servers, and a crafted tool
 //! description could then degrade the table with colliding terms.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::analyzer::Analyzer;
@@ -362,10 +362,10 @@ impl Bm25Index {
     /// The number of distinct terms the analyzer finds in `query`, whether or not the index
     /// has them: the query's length as [`crate::Adaptive`] reads it.
     pub fn query_length(&self, query: &str) -> usize {
-        let mut tokens: Vec<String> = Vec::new();
+        let mut tokens: HashSet<String> = HashSet::new();
         self.analyzer.for_each_token(query, |token| {
-            if !tokens.iter().any(|seen| seen == token) {
-                tokens.push(token.to_owned());
+            if !tokens.contains(token) {
+                tokens.insert(token.to_owned());
             }
         });
         tokens.len()
@@ -1078,6 +1078,20 @@ mod tests {
                 .expect("still a hit");
             assert!(after.score >= hit.score, "{plain:?} -> {expanded:?}");
         }
+    }
+
+    #[test]
+    fn query_length_counts_distinct_analyzed_terms() {
+        let index = Bm25Index::build(&documents(TOOLS), &Bm25Params::default());
+        assert_eq!(index.query_length(""), 0);
+        // Unknown words count too: the length is the request's, not the index's.
+        assert_eq!(index.query_length("time time zebra"), 2);
+        let mut cjk = HashSet::new();
+        index.analyzer().for_each_token("查询天气", |token| {
+            cjk.insert(token.to_owned());
+        });
+        assert!(cjk.len() > 1);
+        assert_eq!(index.query_length("查询天气"), cjk.len());
     }
 
     #[test]
