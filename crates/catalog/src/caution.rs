@@ -287,6 +287,8 @@ mod tests {
             query_vectors: None,
             strategy: Strategy::Bm25,
             hybrid: retrieval::Hybrid::default(),
+            feedback: None,
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k: 5,
             filter: &filter,

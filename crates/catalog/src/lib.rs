@@ -437,6 +437,8 @@ impl Catalog {
             query_vectors: None,
             strategy: Strategy::Bm25,
             hybrid: retrieval::Hybrid::default(),
+            feedback: None,
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k,
             filter,
@@ -523,6 +525,12 @@ impl Catalog {
         let query = request.queries[at].as_str();
         let hybrid = &request.hybrid;
         let lexical = || self.lexical.index.rank(query, keep);
+        // BM25 answering alone gets pseudo-relevance feedback when the request asks for it.
+        let lexical_alone = || {
+            self.lexical
+                .index
+                .rank_with(query, request.feedback.as_ref(), keep)
+        };
         let semantic = || -> Vec<Hit> {
             let vector_index = self.vectors.as_ref().map(|vectors| &vectors.index);
             let query_vectors = request.query_vectors.unwrap_or_default();
@@ -534,35 +542,45 @@ impl Catalog {
             }
         };
         match strategy {
-            Strategy::Bm25 => (lexical(), Scoring::Bm25),
+            Strategy::Bm25 => (lexical_alone(), Scoring::Bm25),
             Strategy::Vector => (semantic(), Scoring::Vector),
             // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
             // unless it is needed because no vector hit is strong enough.
-            Strategy::Hybrid if hybrid.balance == 0 => (lexical(), Scoring::Bm25),
+            Strategy::Hybrid if hybrid.balance == 0 => (lexical_alone(), Scoring::Bm25),
             // An English-only model turns Chinese, Japanese or Korean text into near-noise
             // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
             Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
-                (lexical(), Scoring::Bm25)
+                (lexical_alone(), Scoring::Bm25)
             }
             Strategy::Hybrid => {
                 let semantic = semantic();
-                if hybrid.balance >= 100 && !semantic.is_empty() {
+                if semantic.is_empty() {
+                    return (lexical_alone(), Scoring::Bm25);
+                }
+                if hybrid.balance >= 100 {
                     return (semantic, Scoring::Vector);
                 }
-                let lexical = lexical();
-                // `Hybrid::fuse_top` serves one list as is when the other is empty.
-                let scoring = match (lexical.is_empty(), semantic.is_empty()) {
-                    (_, true) => Scoring::Bm25,
-                    (true, false) => Scoring::Vector,
-                    (false, false) => {
-                        let semantic_weight = f32::from(hybrid.balance.min(100)) / 100.0;
-                        Scoring::Fused {
-                            bm25_weight: 1.0 - semantic_weight,
-                            vector_weight: semantic_weight,
-                        }
-                    }
+                let lexical = if request.feedback_in_fusion {
+                    lexical_alone()
+                } else {
+                    lexical()
                 };
-                (hybrid.fuse_top(&lexical, &semantic, key, depth), scoring)
+                if lexical.is_empty() {
+                    return (semantic, Scoring::Vector);
+                }
+                let terms = match hybrid.adaptive {
+                    Some(adaptive) if adaptive.words => query.split_whitespace().count(),
+                    _ => self.lexical.index.query_length(query),
+                };
+                let vector_weight = hybrid.semantic_weight(terms);
+                let scoring = Scoring::Fused {
+                    bm25_weight: 1.0 - vector_weight,
+                    vector_weight,
+                };
+                (
+                    hybrid.fuse_top(&lexical, &semantic, terms, key, depth),
+                    scoring,
+                )
             }
         }
     }
@@ -593,7 +611,16 @@ impl Catalog {
                 .map(|(at, hit)| (key(hit.doc), (at + 1, hit.score)))
                 .collect()
         };
-        let lexical = positions(self.lexical.index.rank(query, &keep));
+        // The BM25 list as the search used it: with feedback only where BM25 answered alone.
+        let feedback = match scoring {
+            Scoring::Bm25 | Scoring::Capabilities if strategy == Strategy::Bm25 => {
+                request.feedback.as_ref()
+            }
+            Scoring::Bm25 => request.feedback.as_ref(),
+            Scoring::Fused { .. } if request.feedback_in_fusion => request.feedback.as_ref(),
+            _ => None,
+        };
+        let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
         let semantic = match (
             self.vectors.as_ref(),
             request.query_vectors.and_then(|vectors| vectors.first()),
@@ -1140,6 +1167,8 @@ mod tests {
             query_vectors,
             strategy,
             hybrid: retrieval::Hybrid::default(),
+            feedback: None,
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k: 5,
             filter,
@@ -1262,6 +1291,82 @@ mod tests {
         };
         assert_eq!(run(Strategy::Hybrid, 0), run(Strategy::Bm25, 50));
         assert_eq!(run(Strategy::Hybrid, 100), run(Strategy::Vector, 50));
+    }
+
+    #[test]
+    fn feedback_applies_where_bm25_answers_alone_and_never_inside_fusion() {
+        let catalog = vector_catalog();
+        let queries = ["read file".to_string()];
+        let vectors = [topic_vector(&[("code", 1.0)])];
+        let filter = Filter::default();
+        let feedback = Some(retrieval::Feedback::default());
+        let run = |strategy, balance, feedback, vectors: Option<&[Vec<f32>]>| {
+            let mut request = request(&queries, vectors, strategy, &filter);
+            request.hybrid.balance = balance;
+            request.feedback = feedback;
+            request.top_k = 100;
+            catalog.search_with(&request).hits
+        };
+        let scores = |hits: Vec<SearchHit<'_>>| -> Vec<(String, f32)> {
+            hits.iter()
+                .map(|hit| (hit.tool.qualified.to_string(), hit.score))
+                .collect()
+        };
+        let plain = scores(run(Strategy::Bm25, 45, None, None));
+        let expanded = scores(run(Strategy::Bm25, 45, feedback, None));
+        assert_ne!(plain, expanded, "feedback changes BM25 alone");
+        // Balance 0 and a search without vectors are BM25 alone too.
+        assert_eq!(
+            scores(run(Strategy::Hybrid, 0, feedback, Some(&vectors))),
+            expanded
+        );
+        assert_eq!(scores(run(Strategy::Hybrid, 45, feedback, None)), expanded);
+        // Inside fusion the BM25 list is the plain one.
+        assert_eq!(
+            scores(run(Strategy::Hybrid, 45, feedback, Some(&vectors))),
+            scores(run(Strategy::Hybrid, 45, None, Some(&vectors)))
+        );
+    }
+
+    #[test]
+    fn explained_fusion_weights_are_the_query_s_own() {
+        let catalog = vector_catalog();
+        let filter = Filter::default();
+        let vectors = [topic_vector(&[("files", 1.0)])];
+        let weights = |query: &str, adaptive: Option<retrieval::Adaptive>| {
+            let queries = [query.to_string()];
+            let mut request = request(&queries, Some(&vectors), Strategy::Hybrid, &filter);
+            request.hybrid.balance = 45;
+            request.hybrid.adaptive = adaptive;
+            request.top_k = 100;
+            let outcome = catalog.search_with(&request);
+            let explanation = catalog.explain(&request, &outcome.hits);
+            // Every fused score is what the explained ranks and weights say.
+            let Scoring::Fused {
+                bm25_weight,
+                vector_weight,
+            } = explanation.scoring
+            else {
+                panic!("not fused: {explanation:?}");
+            };
+            for (hit, sources) in outcome.hits.iter().zip(&explanation.sources) {
+                let part = |place: Option<(usize, f32)>, weight: f32| {
+                    place.map_or(0.0, |(rank, _)| weight / (retrieval::RRF_K + rank as f32))
+                };
+                let expected =
+                    part(sources.bm25, bm25_weight) + part(sources.vector, vector_weight);
+                assert!((hit.score - expected).abs() < 1e-6, "{hit:?} {sources:?}");
+            }
+            vector_weight
+        };
+        let adaptive = Some(retrieval::Adaptive::default());
+        assert_eq!(weights("read file", None), 0.45);
+        let short = weights("read file", adaptive);
+        let long = weights(
+            "read the file from the disk and every file of the folder then read each line of it again slowly and carefully please",
+            adaptive,
+        );
+        assert!(short > 0.45 && long < short, "{short} {long}");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use retrieval::{Document, Field, Hybrid};
+use retrieval::{Document, Feedback, Field, Hybrid};
 
 use crate::entry::{Error, ToolEntry};
 
@@ -75,9 +75,17 @@ pub struct SearchRequest<'a> {
     /// [`Strategy::Hybrid`]; without them the search degrades to BM25.
     pub query_vectors: Option<&'a [Vec<f32>]>,
     pub strategy: Strategy,
-    /// Balance and minimum similarity. The minimum similarity also applies to
-    /// [`Strategy::Vector`]; the balance only to [`Strategy::Hybrid`].
+    /// Balance, query-dependent fusion and minimum similarity. The minimum similarity also
+    /// applies to [`Strategy::Vector`]; the rest only to [`Strategy::Hybrid`].
     pub hybrid: Hybrid,
+    /// Pseudo-relevance feedback for BM25 where it answers alone: [`Strategy::Bm25`], a
+    /// hybrid search at balance 0, one served by BM25 because there are no (usable or strong
+    /// enough) vectors, and a CJK query the model cannot read. Never inside fusion, where it
+    /// lost on two of the four sets (docs/retrieval.md).
+    pub feedback: Option<Feedback>,
+    /// Also apply [`SearchRequest::feedback`] to the BM25 list inside fusion: for measuring
+    /// (`mcpgw eval --feedback-fusion`), off in the gateway.
+    pub feedback_in_fusion: bool,
     /// Whether the vectors' model understands Chinese, Japanese and Korean. When it does not,
     /// a hybrid search for a query in those scripts is answered by BM25 alone.
     pub multilingual_vectors: bool,
@@ -166,7 +174,8 @@ pub enum Scoring {
     /// Cosine similarities of the query's and the tool's embeddings, -1 to 1.
     Vector,
     /// Weighted reciprocal rank fusion: `bm25_weight / (RRF_K + BM25 rank) + vector_weight /
-    /// (RRF_K + vector rank)`, a term only for a list the tool is in (ranks from 1).
+    /// (RRF_K + vector rank)`, a term only for a list the tool is in (ranks from 1). The weights
+    /// are this query's: with [`retrieval::Adaptive`] they follow its length.
     Fused {
         bm25_weight: f32,
         vector_weight: f32,

@@ -277,7 +277,11 @@ pub(crate) async fn search(
     if output.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&render::search_json(&found.hits, output.explain))?
+            serde_json::to_string_pretty(&render::search_json(
+                &found.hits,
+                found.scoring.into(),
+                output.explain
+            ))?
         );
     } else if found.hits.is_empty() {
         println!(

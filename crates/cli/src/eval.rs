@@ -17,7 +17,7 @@ use embed::local::{LoadOptions, LocalModel};
 use ::eval::{
     Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
 };
-use retrieval::{Field, Hybrid, Language};
+use retrieval::{Adaptive, Feedback, Field, Hybrid, Language};
 
 use crate::{Failure, render};
 
@@ -98,6 +98,44 @@ pub(crate) struct Args {
     /// without.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = true, value_name = "BOOL")]
     caution: bool,
+    /// Query-dependent fusion, as the gateway does: the hybrid balance moves per query by its
+    /// length (`on` or `off`; off keeps the balance for every query).
+    #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
+    adaptive: bool,
+    /// With --adaptive on: how far the semantic weight moves per span of query terms.
+    #[arg(long, default_value_t = retrieval::Adaptive::default().slope)]
+    adaptive_slope: f32,
+    /// With --adaptive on: the query length, in spans, at which the balance holds unchanged.
+    #[arg(long, default_value_t = retrieval::Adaptive::default().pivot)]
+    adaptive_pivot: f32,
+    /// With --adaptive on: query terms per span.
+    #[arg(long, default_value_t = retrieval::Adaptive::default().span)]
+    adaptive_span: f32,
+    /// With --adaptive on: count whitespace-separated words instead of analysed terms.
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = retrieval::Adaptive::default().words, value_name = "BOOL")]
+    adaptive_words: bool,
+    /// Pseudo-relevance feedback (RM3) where BM25 answers alone, as the gateway does: the
+    /// number of feedback documents (0 switches it off).
+    #[arg(long, default_value_t = retrieval::Feedback::default().docs, value_name = "DOCS")]
+    feedback: usize,
+    /// Expansion terms taken from the feedback documents.
+    #[arg(long, default_value_t = retrieval::Feedback::default().terms, value_name = "TERMS")]
+    feedback_terms: usize,
+    /// The expansion's weight λ in the query model (0 to 0.9).
+    #[arg(long, default_value_t = retrieval::Feedback::default().weight, value_name = "LAMBDA")]
+    feedback_weight: f32,
+    /// Apply feedback to the BM25 list inside hybrid fusion too (off in the gateway).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
+    feedback_fusion: bool,
+}
+
+/// `on` or `off` (also `true`/`false`).
+fn on_off(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("`{text}` is neither on nor off")),
+    }
 }
 
 /// The three files of a set folder, as `::eval::Dataset::load` reads them.
@@ -162,7 +200,19 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
         hybrid: Hybrid {
             balance: args.balance,
             min_similarity: args.min_similarity,
+            adaptive: args.adaptive.then_some(Adaptive {
+                slope: args.adaptive_slope,
+                pivot: args.adaptive_pivot,
+                span: args.adaptive_span,
+                words: args.adaptive_words,
+            }),
         },
+        feedback: (args.feedback > 0).then_some(Feedback {
+            docs: args.feedback,
+            terms: args.feedback_terms,
+            weight: args.feedback_weight,
+        }),
+        feedback_in_fusion: args.feedback_fusion,
         limit: args.limit,
         index,
         embedding_text: embedding_text.clone(),
@@ -231,6 +281,30 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 strategies,
                 model: needs_vectors.then(|| args.model.clone()),
                 balance: args.balance,
+                fusion: match &options.hybrid.adaptive {
+                    Some(a) => format!(
+                        "adaptive slope={} pivot={} span={}{}",
+                        a.slope,
+                        a.pivot,
+                        a.span,
+                        if a.words { " words" } else { "" }
+                    ),
+                    None => "fixed".to_string(),
+                },
+                feedback: match &options.feedback {
+                    Some(f) => format!(
+                        "docs={} terms={} weight={}{}",
+                        f.docs,
+                        f.terms,
+                        f.weight,
+                        if options.feedback_in_fusion {
+                            " in fusion"
+                        } else {
+                            ""
+                        }
+                    ),
+                    None => "off".to_string(),
+                },
                 min_similarity: args.min_similarity,
                 limit: args.limit,
                 bm25: bm25_words(&options.index),

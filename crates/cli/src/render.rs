@@ -70,14 +70,33 @@ pub(crate) fn search_table(hits: &[overview::Hit], explain: bool) -> Table {
 }
 
 /// `mcpgw search --json`: each hit's name, server, description and score; with `explain` its
-/// `bm25` and `vector` places too (`{rank, score}` or null).
-pub(crate) fn search_json(hits: &[overview::Hit], explain: bool) -> Vec<serde_json::Value> {
+/// `bm25` and `vector` places too (`{rank, score}` or null), and when the score is fused, each
+/// place's `weight` in it: the score is then the sum of `weight / (60 + rank)` over the places.
+/// The weights are the query's own (query-dependent fusion moves them with its length).
+pub(crate) fn search_json(
+    hits: &[overview::Hit],
+    scoring: catalog::Scoring,
+    explain: bool,
+) -> Vec<serde_json::Value> {
     hits.iter()
         .map(|hit| {
             let mut row = serde_json::to_value(hit).unwrap_or_default();
-            if !explain && let Some(row) = row.as_object_mut() {
-                row.remove("bm25");
-                row.remove("vector");
+            let Some(fields) = row.as_object_mut() else {
+                return row;
+            };
+            if !explain {
+                fields.remove("bm25");
+                fields.remove("vector");
+            } else if let catalog::Scoring::Fused {
+                bm25_weight,
+                vector_weight,
+            } = scoring
+            {
+                for (list, weight) in [("bm25", bm25_weight), ("vector", vector_weight)] {
+                    if let Some(place) = fields.get_mut(list).and_then(|p| p.as_object_mut()) {
+                        place.insert("weight".to_owned(), serde_json::json!(weight));
+                    }
+                }
             }
             row
         })
@@ -94,7 +113,7 @@ pub(crate) fn score_legend(scoring: catalog::Scoring, explained: bool) -> String
         } => {
             let best = (bm25_weight + vector_weight) / (k + 1.0);
             format!(
-                "score: reciprocal rank fusion of the BM25 and the vector ranking, {bm25_weight:.2} / ({k} + BM25 rank) + {vector_weight:.2} / ({k} + vector rank), a term only for a list the tool is in; {best:.4} is first in both{}",
+                "score: reciprocal rank fusion of the BM25 and the vector ranking, {bm25_weight:.3} / ({k} + BM25 rank) + {vector_weight:.3} / ({k} + vector rank) (this query's weights), a term only for a list the tool is in; {best:.4} is first in both{}",
                 if explained {
                     ""
                 } else {

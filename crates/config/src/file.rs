@@ -68,6 +68,8 @@ pub(crate) struct RetrievalFile {
     /// Signed so that `-1` is a located range problem, not a type error.
     pub balance: Option<i64>,
     pub min_similarity: Option<f64>,
+    pub adaptive: Option<bool>,
+    pub feedback: Option<bool>,
     pub embedder: Option<EmbedderFile>,
 }
 

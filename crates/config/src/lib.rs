@@ -234,6 +234,11 @@ pub struct RetrievalConfig {
     pub balance: u8,
     /// Vector hits below this cosine similarity are dropped (BM25 hits never are).
     pub min_similarity: Option<f32>,
+    /// Query-dependent fusion (`retrieval::Adaptive`): the balance moves per query, toward
+    /// semantic for short requests and toward lexical for long ones.
+    pub adaptive: bool,
+    /// Pseudo-relevance feedback (`retrieval::Feedback`) where BM25 answers alone.
+    pub feedback: bool,
     pub embedder: EmbedderConfig,
 }
 
@@ -245,6 +250,9 @@ impl Default for RetrievalConfig {
             // where embeddings win, at 66.0; 40 would give toollens +0.3 and metatool -0.2.
             balance: 45,
             min_similarity: None,
+            // Both won on every set, cross-validated (docs/retrieval.md, round two).
+            adaptive: true,
+            feedback: true,
             embedder: EmbedderConfig::Local {
                 model: DEFAULT_LOCAL_MODEL.to_owned(),
                 path: None,

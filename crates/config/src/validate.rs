@@ -271,6 +271,8 @@ impl Validator {
             strategy: file.strategy.unwrap_or(default.strategy),
             balance,
             min_similarity,
+            adaptive: file.adaptive.unwrap_or(default.adaptive),
+            feedback: file.feedback.unwrap_or(default.feedback),
             embedder,
         }
     }

@@ -19,7 +19,7 @@ use catalog::{Catalog, Filter, IndexOptions, SearchRequest, ServerTools, Strateg
 use divan::{Bencher, black_box};
 use embed::local::{self, LocalModel};
 use embed::{Embedder, TextKind};
-use retrieval::{Bm25Index, Hybrid};
+use retrieval::{Adaptive, Bm25Index, Feedback, Hybrid};
 use serde_json::{Value, json};
 
 #[allow(unsafe_code)]
@@ -67,6 +67,7 @@ fn build_bm25(bencher: Bencher, size: usize) {
     });
 }
 
+/// BM25 as the gateway runs it: with pseudo-relevance feedback (`retrieval::Feedback`).
 #[divan::bench(args = SIZES)]
 fn search_bm25(bencher: Bencher, size: usize) {
     let catalog = catalog(size);
@@ -74,6 +75,22 @@ fn search_bm25(bencher: Bencher, size: usize) {
     bencher.bench(|| {
         let queries = [next_query(&next).to_string()];
         search(catalog, &queries, None, Strategy::Bm25)
+    });
+}
+
+/// BM25 without feedback: what the feedback costs, against `search_bm25`.
+#[divan::bench(args = SIZES)]
+fn search_bm25_without_feedback(bencher: Bencher, size: usize) {
+    let catalog = catalog(size);
+    let next = AtomicUsize::new(0);
+    let filter = Filter::default();
+    bencher.bench(|| {
+        let queries = [next_query(&next).to_string()];
+        let outcome = catalog.search_with(&SearchRequest {
+            feedback: None,
+            ..request(&queries, None, Strategy::Bm25, &filter)
+        });
+        outcome.hits.len()
     });
 }
 
@@ -118,23 +135,36 @@ fn search(
     strategy: Strategy,
 ) -> usize {
     let filter = Filter::default();
+    let outcome = catalog.search_with(&request(queries, vectors, strategy, &filter));
+    assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);
+    outcome.hits.len()
+}
+
+/// A search with the gateway's defaults.
+fn request<'a>(
+    queries: &'a [String],
+    vectors: Option<&'a [Vec<f32>]>,
+    strategy: Strategy,
+    filter: &'a Filter,
+) -> SearchRequest<'a> {
     let defaults = config::RetrievalConfig::default();
-    let outcome = catalog.search_with(&SearchRequest {
+    SearchRequest {
         queries,
         query_vectors: vectors,
         strategy,
         hybrid: Hybrid {
             balance: defaults.balance,
             min_similarity: defaults.min_similarity,
+            adaptive: defaults.adaptive.then(Adaptive::default),
         },
+        feedback: defaults.feedback.then(Feedback::default),
+        feedback_in_fusion: false,
         multilingual_vectors: false,
         top_k: 10,
-        filter: &filter,
+        filter,
         needs: false,
         caution: true,
-    });
-    assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);
-    outcome.hits.len()
+    }
 }
 
 fn next_query(next: &AtomicUsize) -> &'static str {

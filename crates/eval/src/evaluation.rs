@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use catalog::{Catalog, EmbeddingText, Filter, IndexOptions, SearchRequest, Strategy};
 use embed::{Embedder, TextKind};
-use retrieval::{Bm25Index, Hybrid};
+use retrieval::{Bm25Index, Feedback, Hybrid};
 
 use crate::Error;
 use crate::cache::{CacheKey, EmbeddingCache};
@@ -44,6 +44,10 @@ pub struct Options {
     pub needs_vectors: bool,
     /// Read before write ([`SearchRequest::caution`]), on as in the gateway.
     pub caution: bool,
+    /// Pseudo-relevance feedback where BM25 answers alone ([`SearchRequest::feedback`]).
+    pub feedback: Option<Feedback>,
+    /// [`SearchRequest::feedback_in_fusion`].
+    pub feedback_in_fusion: bool,
 }
 
 impl Default for Options {
@@ -59,6 +63,8 @@ impl Default for Options {
             split_needs: false,
             needs_vectors: true,
             caution: true,
+            feedback: None,
+            feedback_in_fusion: false,
         }
     }
 }
@@ -473,6 +479,8 @@ fn run(
                 .map(Vec::as_slice),
             strategy,
             hybrid: options.hybrid.clone(),
+            feedback: options.feedback,
+            feedback_in_fusion: options.feedback_in_fusion,
             multilingual_vectors: catalog.vector_model().is_some_and(embed::handles_cjk),
             top_k: DEPTH,
             filter: &filter,

@@ -23,6 +23,10 @@ pub struct Settings {
     /// The embedding model asked for (`None` when only BM25 ran).
     pub model: Option<String>,
     pub balance: u8,
+    /// How the balance is applied, in words (`fixed`, `adaptive slope=0.8 pivot=0.8 span=16`).
+    pub fusion: String,
+    /// Pseudo-relevance feedback, in words (`off`, `docs=1 terms=10 weight=0.1`, `... in fusion`).
+    pub feedback: String,
     pub min_similarity: Option<f32>,
     /// Only the first N queries of each set, when set.
     pub limit: Option<usize>,

@@ -262,7 +262,10 @@ impl Everyday {
             hybrid: retrieval::Hybrid {
                 balance: defaults.balance,
                 min_similarity: defaults.min_similarity,
+                adaptive: defaults.adaptive.then(retrieval::Adaptive::default),
             },
+            feedback: defaults.feedback.then(retrieval::Feedback::default),
+            feedback_in_fusion: false,
             multilingual_vectors: false,
             top_k: 5,
             filter: &filter,

@@ -374,7 +374,10 @@ impl Gateway {
             hybrid: retrieval::Hybrid {
                 balance: retrieval.balance,
                 min_similarity: retrieval.min_similarity,
+                adaptive: retrieval.adaptive.then(retrieval::Adaptive::default),
             },
+            feedback: retrieval.feedback.then(retrieval::Feedback::default),
+            feedback_in_fusion: false,
             multilingual_vectors: self.semantic().is_some_and(|s| s.multilingual()),
             top_k: search.top_k,
             filter: &search.filter,

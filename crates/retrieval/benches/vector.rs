@@ -36,7 +36,7 @@ fn fuse<const SIZE: usize>(bencher: Bencher) {
     let bm25: Vec<Hit> = vector.iter().rev().step_by(10).copied().collect();
     let keys = keys(SIZE);
     let key = |doc: u32| keys[doc as usize].as_str();
-    bencher.bench(|| Hybrid::default().fuse(black_box(&bm25), black_box(&vector), &key));
+    bencher.bench(|| Hybrid::default().fuse(black_box(&bm25), black_box(&vector), 8, &key));
 }
 
 fn index(size: usize) -> &'static VectorIndex {

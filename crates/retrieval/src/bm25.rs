@@ -34,7 +34,7 @@
 //! percent off the build, but the text comes from upstream servers, and a crafted tool
 //! description could then degrade the table with colliding terms.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use crate::analyzer::Analyzer;
@@ -120,6 +120,49 @@ pub struct Hit {
     pub score: f32,
 }
 
+/// Pseudo-relevance feedback, RM3-style (Lavrenko and Croft's relevance model, interpolated
+/// with the query as in Abdul-Jaleel et al., 2004): rank once, take the `docs` best hits as
+/// relevant, and rank again with the query plus the `terms` terms that weigh most in them.
+///
+/// ```text
+/// P(t | R)  = sum over feedback docs d of  P(d | q) * P(t | d)     P(d | q) = score(d) / sum of their scores
+/// P(t | d)  = tf'(t, d) / sum of tf'(u, d) over u in d            tf' = the field-weighted frequency of BM25F
+/// weight(t) = (1 - weight) * P(t | q) + weight * P(t | R)          over the query's terms and the `terms` best of R
+/// ```
+///
+/// and the second ranking scores `sum over t of weight(t) * impact(t, d)`, scaled so an
+/// original query term keeps weight 1. A tool's text is short and written in its own words
+/// ("latitude", "recipe", "repository"), so its best hit's words reach sibling tools a terse
+/// request does not name.
+///
+/// Bounded for speed: each document keeps its [`FEEDBACK_DOC_TERMS`] heaviest terms (ties to
+/// the rarer term), computed at build time, and the second ranking only adds the expansion
+/// terms' postings to the first one's scores instead of ranking again from scratch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Feedback {
+    /// Feedback documents: the best hits of the first ranking. 0 switches feedback off.
+    pub docs: usize,
+    /// Expansion terms taken from them. 0 switches feedback off.
+    pub terms: usize,
+    /// λ, the expansion's share of the query model, clamped to `0.0..=0.9`; 0 or not finite
+    /// switches feedback off.
+    pub weight: f32,
+}
+
+impl Default for Feedback {
+    /// Tuned with `mcpgw eval` on the four sets (docs/retrieval.md).
+    fn default() -> Self {
+        Feedback {
+            docs: 1,
+            terms: 10,
+            weight: 0.1,
+        }
+    }
+}
+
+/// Terms kept per document for [`Feedback`]: the heaviest by field-weighted frequency.
+pub const FEEDBACK_DOC_TERMS: usize = 32;
+
 /// An immutable BM25F index over a slice of [`Document`]s. Rebuild it when the documents
 /// change.
 #[derive(Clone)]
@@ -134,6 +177,10 @@ pub struct Bm25Index {
     key_rank: Vec<u32>,
     /// The inverse of `key_rank`: documents in `(key, doc)` order.
     by_key: Vec<DocId>,
+    /// The feedback terms of document `d` are `doc_terms[doc_offsets[d]..doc_offsets[d + 1]]`:
+    /// at most [`FEEDBACK_DOC_TERMS`] `(term, P(t | d))`, heaviest first.
+    doc_offsets: Vec<usize>,
+    doc_terms: Vec<(u32, f32)>,
 }
 
 impl Bm25Index {
@@ -152,6 +199,9 @@ impl Bm25Index {
         let mut raw: Vec<Vec<RawPosting>> = Vec::new();
         let mut lengths: Vec<[u32; FIELDS]> = Vec::with_capacity(docs.len());
         let mut occurrences: Vec<(u32, u8)> = Vec::new();
+        // Per document, (term, field-weighted frequency); cut to the heaviest once every
+        // document frequency is known.
+        let mut weighted: Vec<Vec<(u32, f64)>> = Vec::with_capacity(docs.len());
         for (doc, document) in docs.iter().enumerate() {
             occurrences.clear();
             let mut length = [0u32; FIELDS];
@@ -175,17 +225,23 @@ impl Bm25Index {
                 });
             }
             occurrences.sort_unstable();
+            let mut terms_of_doc = Vec::new();
             for group in occurrences.chunk_by(|a, b| a.0 == b.0) {
                 let mut tf = [0u16; FIELDS];
                 for &(_, f) in group {
                     tf[usize::from(f)] = tf[usize::from(f)].saturating_add(1);
                 }
+                let frequency: f64 = (0..FIELDS)
+                    .map(|f| params.weights[f] * f64::from(tf[f]))
+                    .sum();
+                terms_of_doc.push((group[0].0, frequency));
                 raw[group[0].0 as usize].push(RawPosting {
                     doc: doc as DocId,
                     tf,
                 });
             }
             lengths.push(length);
+            weighted.push(terms_of_doc);
         }
 
         let average = average_lengths(&lengths);
@@ -226,6 +282,28 @@ impl Bm25Index {
             key_rank[doc as usize] = rank as u32;
         }
 
+        let mut doc_offsets = Vec::with_capacity(docs.len() + 1);
+        let mut doc_terms = Vec::new();
+        doc_offsets.push(0);
+        for mut terms_of_doc in weighted {
+            let total: f64 = terms_of_doc.iter().map(|&(_, frequency)| frequency).sum();
+            let df = |term: u32| raw[term as usize].len();
+            terms_of_doc.sort_unstable_by(|a, b| {
+                b.1.total_cmp(&a.1)
+                    .then(df(a.0).cmp(&df(b.0)))
+                    .then(a.0.cmp(&b.0))
+            });
+            terms_of_doc.truncate(FEEDBACK_DOC_TERMS);
+            if total > 0.0 {
+                doc_terms.extend(
+                    terms_of_doc
+                        .into_iter()
+                        .map(|(term, frequency)| (term, (frequency / total) as f32)),
+                );
+            }
+            doc_offsets.push(doc_terms.len());
+        }
+
         Bm25Index {
             analyzer,
             terms,
@@ -233,6 +311,8 @@ impl Bm25Index {
             postings,
             key_rank,
             by_key,
+            doc_offsets,
+            doc_terms,
         }
     }
 
@@ -243,12 +323,21 @@ impl Bm25Index {
     /// `keep` is called at most once per document, and only for documents that share a term.
     /// Documents with equal keys tie-break by `DocId`, so the order is total.
     pub fn rank(&self, query: &str, keep: &dyn Fn(DocId) -> bool) -> Vec<Hit> {
-        let mut query_terms = Vec::new();
-        self.analyzer.for_each_token(query, |token| {
-            if let Some(&term) = self.terms.get(token) {
-                query_terms.push(term);
-            }
-        });
+        self.rank_with(query, None, keep)
+    }
+
+    /// [`Bm25Index::rank`], with pseudo-relevance [`Feedback`] when given (and not switched
+    /// off by a zero). Feedback documents are chosen among the documents `keep` lets through,
+    /// so the expansion comes from hits the caller may see; a survivor's score then depends on
+    /// the filter, which it never does without feedback. The hits are still exactly the kept
+    /// documents that share a term with the query or its expansion.
+    pub fn rank_with(
+        &self,
+        query: &str,
+        feedback: Option<&Feedback>,
+        keep: &dyn Fn(DocId) -> bool,
+    ) -> Vec<Hit> {
+        let mut query_terms = self.query_terms(query);
         if query_terms.is_empty() {
             return Vec::new();
         }
@@ -257,43 +346,168 @@ impl Bm25Index {
         query_terms.sort_unstable();
         query_terms.dedup();
 
-        let mut scores = vec![0.0f32; self.len()];
-        let mut seen = vec![Seen::No; self.len()];
-        let mut kept = Vec::new();
+        let mut accumulator = Accumulator::new(self.len());
         for &term in &query_terms {
-            for posting in self.postings(term) {
-                let doc = posting.doc as usize;
-                match seen[doc] {
-                    Seen::Kept => scores[doc] += posting.impact,
-                    Seen::Dropped => {}
-                    Seen::No if keep(posting.doc) => {
-                        seen[doc] = Seen::Kept;
-                        kept.push(posting.doc);
-                        scores[doc] += posting.impact;
-                    }
-                    Seen::No => seen[doc] = Seen::Dropped,
-                }
+            self.add(&mut accumulator, term, 1.0, keep);
+        }
+        if let Some(feedback) = feedback {
+            let expansion = self.expansion(&accumulator, query_terms.len(), feedback);
+            for (term, weight) in expansion {
+                self.add(&mut accumulator, term, weight, keep);
             }
         }
+        self.sorted(accumulator)
+    }
 
-        // Sort packed integers instead of comparing through a closure: the high half is the
-        // inverted bit pattern of the score (scores are sums of non-negative impacts, and
-        // for non-negative floats the bit pattern orders like the value, so inverting it
-        // sorts descending), the low half is the key rank. At full depth over 10k documents
-        // the sort dominates a query, and this made `rank` about 1.7x faster than `sort_by`.
+    /// The number of distinct terms the analyzer finds in `query`, whether or not the index
+    /// has them: the query's length as [`crate::Adaptive`] reads it.
+    pub fn query_length(&self, query: &str) -> usize {
+        let mut tokens: HashSet<String> = HashSet::new();
+        self.analyzer.for_each_token(query, |token| {
+            if !tokens.contains(token) {
+                tokens.insert(token.to_owned());
+            }
+        });
+        tokens.len()
+    }
+
+    /// The ids of the query's terms that the index has, in query order, repeats included.
+    fn query_terms(&self, query: &str) -> Vec<u32> {
+        let mut query_terms = Vec::new();
+        self.analyzer.for_each_token(query, |token| {
+            if let Some(&term) = self.terms.get(token) {
+                query_terms.push(term);
+            }
+        });
+        query_terms
+    }
+
+    /// Adds `weight` times each posting's impact of `term` to the scores of the documents
+    /// `keep` lets through.
+    fn add(
+        &self,
+        accumulator: &mut Accumulator,
+        term: u32,
+        weight: f32,
+        keep: &dyn Fn(DocId) -> bool,
+    ) {
+        let Accumulator { scores, seen, kept } = accumulator;
+        for posting in self.postings(term) {
+            let doc = posting.doc as usize;
+            let impact = weight * posting.impact;
+            match seen[doc] {
+                Seen::Kept => scores[doc] += impact,
+                Seen::Dropped => {}
+                Seen::No if keep(posting.doc) => {
+                    seen[doc] = Seen::Kept;
+                    kept.push(posting.doc);
+                    scores[doc] += impact;
+                }
+                Seen::No => seen[doc] = Seen::Dropped,
+            }
+        }
+    }
+
+    /// The expansion terms of [`Feedback`] from the first ranking's scores, each with its
+    /// weight relative to an original query term (1), in term-id order. Empty when feedback
+    /// is switched off or nothing matched.
+    fn expansion(
+        &self,
+        first: &Accumulator,
+        query_terms: usize,
+        feedback: &Feedback,
+    ) -> Vec<(u32, f32)> {
+        let lambda = if feedback.weight.is_finite() {
+            feedback.weight.clamp(0.0, 0.9)
+        } else {
+            0.0
+        };
+        if feedback.docs == 0 || feedback.terms == 0 || lambda == 0.0 || first.kept.is_empty() {
+            return Vec::new();
+        }
+        // The best `docs` hits, in ranking order (score, then key).
+        let mut best: Vec<u64> = first
+            .kept
+            .iter()
+            .map(|&doc| self.packed(doc, first.scores[doc as usize]))
+            .collect();
+        let docs = feedback.docs.min(best.len());
+        if docs < best.len() {
+            best.select_nth_unstable(docs - 1);
+            best.truncate(docs);
+        }
+        best.sort_unstable();
+        let mass: f64 = best.iter().map(|&packed| f64::from(score_of(packed))).sum();
+        if mass <= 0.0 {
+            return Vec::new();
+        }
+        let mut model: Vec<(u32, f64)> = Vec::new();
+        for &packed in &best {
+            let doc = self.by_key[(packed as u32) as usize] as usize;
+            let relevance = f64::from(score_of(packed)) / mass;
+            let (Some(&start), Some(&end)) =
+                (self.doc_offsets.get(doc), self.doc_offsets.get(doc + 1))
+            else {
+                continue;
+            };
+            for &(term, p) in self.doc_terms.get(start..end).unwrap_or_default() {
+                model.push((term, relevance * f64::from(p)));
+            }
+        }
+        model.sort_unstable_by_key(|&(term, _)| term);
+        let mut merged: Vec<(u32, f64)> = Vec::with_capacity(model.len());
+        for (term, p) in model {
+            match merged.last_mut() {
+                Some(last) if last.0 == term => last.1 += p,
+                _ => merged.push((term, p)),
+            }
+        }
+        // The heaviest terms, ties to the rarer (shorter postings, more telling), then by id.
+        let df = |term: u32| self.postings(term).len();
+        merged.sort_unstable_by(|a, b| {
+            b.1.total_cmp(&a.1)
+                .then(df(a.0).cmp(&df(b.0)))
+                .then(a.0.cmp(&b.0))
+        });
+        merged.truncate(feedback.terms);
+        let kept_mass: f64 = merged.iter().map(|&(_, p)| p).sum();
+        if kept_mass <= 0.0 {
+            return Vec::new();
+        }
+        // (1 - λ) / |q| for a query term and λ P(t | R) for an expansion term, both divided
+        // by the former so query terms keep weight 1 and the first ranking's sums stay valid.
+        let scale = f64::from(lambda) / (1.0 - f64::from(lambda)) * query_terms as f64 / kept_mass;
+        let mut expansion: Vec<(u32, f32)> = merged
+            .into_iter()
+            .map(|(term, p)| (term, (p * scale) as f32))
+            .filter(|&(_, weight)| weight.is_finite() && weight > 0.0)
+            .collect();
+        expansion.sort_unstable_by_key(|&(term, _)| term);
+        expansion
+    }
+
+    /// The sort key of a hit: the high half is the inverted bit pattern of the score (scores
+    /// are sums of non-negative impacts, and for non-negative floats the bit pattern orders
+    /// like the value, so inverting it sorts descending), the low half is the key rank.
+    fn packed(&self, doc: DocId, score: f32) -> u64 {
+        (u64::from(!score.to_bits()) << 32) | u64::from(self.key_rank[doc as usize])
+    }
+
+    /// The kept documents, best first. Sorting packed integers instead of comparing through a
+    /// closure: at full depth over 10k documents the sort dominates a query, and this made
+    /// `rank` about 1.7x faster than `sort_by`.
+    fn sorted(&self, accumulator: Accumulator) -> Vec<Hit> {
+        let Accumulator { scores, kept, .. } = accumulator;
         let mut order: Vec<u64> = kept
             .into_iter()
-            .map(|doc| {
-                let score = scores[doc as usize].to_bits();
-                (u64::from(!score) << 32) | u64::from(self.key_rank[doc as usize])
-            })
+            .map(|doc| self.packed(doc, scores[doc as usize]))
             .collect();
         order.sort_unstable();
         order
             .into_iter()
             .map(|packed| Hit {
                 doc: self.by_key[(packed as u32) as usize],
-                score: f32::from_bits(!((packed >> 32) as u32)),
+                score: score_of(packed),
             })
             .collect()
     }
@@ -353,6 +567,29 @@ struct Posting {
 struct RawPosting {
     doc: DocId,
     tf: [u16; FIELDS],
+}
+
+/// The score of a packed sort key ([`Bm25Index::packed`]).
+fn score_of(packed: u64) -> f32 {
+    f32::from_bits(!((packed >> 32) as u32))
+}
+
+/// One ranking's running scores: dense over the index, with the documents that passed `keep`
+/// in the order they were first seen.
+struct Accumulator {
+    scores: Vec<f32>,
+    seen: Vec<Seen>,
+    kept: Vec<DocId>,
+}
+
+impl Accumulator {
+    fn new(len: usize) -> Self {
+        Accumulator {
+            scores: vec![0.0; len],
+            seen: vec![Seen::No; len],
+            kept: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -767,6 +1004,163 @@ mod tests {
             .assert_eq(&format!("{index:?}"));
     }
 
+    /// Tools of a paper workflow: a request for "arxiv papers" finds the search tool, and only
+    /// feedback (its words "summary", "abstract") reaches the summariser.
+    const PAPERS: &[Spec<'_>] = &[
+        (
+            "papers__search_arxiv",
+            &[
+                (Field::Name, "search_arxiv"),
+                (
+                    Field::Description,
+                    "Search arxiv papers for an abstract and summary",
+                ),
+                (Field::ParamName, "query"),
+            ],
+        ),
+        (
+            "papers__summarize",
+            &[
+                (Field::Name, "summarize"),
+                (Field::Description, "Write a short summary of an abstract"),
+                (Field::ParamName, "text"),
+            ],
+        ),
+        (
+            "notes__save",
+            &[
+                (Field::Name, "save_note"),
+                (Field::Description, "Save a note"),
+                (Field::ParamName, "text"),
+            ],
+        ),
+    ];
+
+    /// Ranks `query` with `feedback` (None: plain) and renders `key score` per hit.
+    fn check_feedback(specs: &[Spec<'_>], query: &str, feedback: Option<Feedback>, expect: Expect) {
+        let docs = documents(specs);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let hits = index.rank_with(query, feedback.as_ref(), &|_| true);
+        let rendered: Vec<String> = hits
+            .iter()
+            .map(|hit| format!("{} {:.3}", docs[hit.doc as usize].key, hit.score))
+            .collect();
+        expect.assert_eq(&rendered.join(", "));
+    }
+
+    #[test]
+    fn feedback_reaches_a_tool_only_the_best_hit_shares_words_with() {
+        check_feedback(
+            PAPERS,
+            "find arxiv papers",
+            None,
+            expect!["papers__search_arxiv 2.442"],
+        );
+        check_feedback(
+            PAPERS,
+            "find arxiv papers",
+            Some(Feedback::default()),
+            expect!["papers__search_arxiv 2.711, papers__summarize 0.016"],
+        );
+    }
+
+    #[test]
+    fn feedback_keeps_the_query_terms_at_full_weight() {
+        // The expansion only adds: every plain hit keeps at least its plain score.
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let plain = index.rank("summary of a note", &|_| true);
+        let expanded = index.rank_with("summary of a note", Some(&Feedback::default()), &|_| true);
+        for hit in &plain {
+            let after = expanded
+                .iter()
+                .find(|h| h.doc == hit.doc)
+                .expect("still a hit");
+            assert!(after.score >= hit.score, "{plain:?} -> {expanded:?}");
+        }
+    }
+
+    #[test]
+    fn query_length_counts_distinct_analyzed_terms() {
+        let index = Bm25Index::build(&documents(TOOLS), &Bm25Params::default());
+        assert_eq!(index.query_length(""), 0);
+        // Unknown words count too: the length is the request's, not the index's.
+        assert_eq!(index.query_length("time time zebra"), 2);
+        let mut cjk = HashSet::new();
+        index.analyzer().for_each_token("查询天气", |token| {
+            cjk.insert(token.to_owned());
+        });
+        assert!(cjk.len() > 1);
+        assert_eq!(index.query_length("查询天气"), cjk.len());
+    }
+
+    #[test]
+    fn feedback_switched_off_is_the_plain_ranking() {
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let plain = index.rank("arxiv summary", &|_| true);
+        for off in [
+            Feedback {
+                docs: 0,
+                ..Feedback::default()
+            },
+            Feedback {
+                terms: 0,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: 0.0,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: f32::NAN,
+                ..Feedback::default()
+            },
+            Feedback {
+                weight: -1.0,
+                ..Feedback::default()
+            },
+        ] {
+            assert_eq!(
+                index.rank_with("arxiv summary", Some(&off), &|_| true),
+                plain,
+                "{off:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn feedback_documents_come_from_what_the_filter_lets_through() {
+        // With the search tool filtered out, the summariser is the best hit and its words
+        // ("summary", "abstract", "text") reach the note tool through "text".
+        let docs = documents(PAPERS);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        let keep = |doc: DocId| doc != 0;
+        let keys_of = |hits: &[Hit]| keys(&docs, hits);
+        assert_eq!(keys_of(&index.rank("summary", &keep)), "papers__summarize");
+        assert_eq!(
+            keys_of(&index.rank_with("summary", Some(&Feedback::default()), &keep)),
+            "papers__summarize notes__save"
+        );
+    }
+
+    #[test]
+    fn document_terms_are_bounded_and_sum_to_at_most_one() {
+        let long: String = (0..100).map(|i| format!("word{i} ")).collect();
+        let docs = documents(&[
+            ("long", &[(Field::Description, &long)]),
+            ("short", TOOLS[0].1),
+        ]);
+        let index = Bm25Index::build(&docs, &Bm25Params::default());
+        for doc in 0..docs.len() {
+            let terms = &index.doc_terms[index.doc_offsets[doc]..index.doc_offsets[doc + 1]];
+            assert!(terms.len() <= FEEDBACK_DOC_TERMS);
+            let mass: f32 = terms.iter().map(|&(_, p)| p).sum();
+            assert!(mass > 0.0 && mass <= 1.0 + 1e-6, "{mass}");
+            assert!(terms.windows(2).all(|pair| pair[0].1 >= pair[1].1));
+        }
+    }
+
     // Property tests: a small vocabulary so documents and queries overlap often.
 
     const WORDS: &[&str] = &[
@@ -826,6 +1220,33 @@ mod tests {
             prop_assert_eq!(returned.len(), hits.len());
             prop_assert_eq!(returned, expected);
             prop_assert!(hits.iter().all(|hit| hit.score.is_finite() && hit.score > 0.0));
+        }
+
+        #[test]
+        fn feedback_ranking_invariants_hold(
+            docs in docs(), query in text(), mask in prop::collection::vec(any::<bool>(), 12),
+            fb_docs in 0usize..4, fb_terms in 0usize..12, weight in 0.0f32..1.0,
+        ) {
+            let keep = |doc: DocId| mask[doc as usize];
+            let feedback = Feedback { docs: fb_docs, terms: fb_terms, weight };
+            let index = Bm25Index::build(&docs, &Bm25Params::default());
+            let hits = index.rank_with(&query, Some(&feedback), &keep);
+            prop_assert_eq!(&hits, &index.rank_with(&query, Some(&feedback), &keep));
+            let reversed: Vec<&str> = query.split(' ').rev().collect();
+            prop_assert_eq!(&hits, &index.rank_with(&reversed.join(" "), Some(&feedback), &keep));
+            for pair in hits.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                let ordered = a.score > b.score
+                    || (a.score == b.score
+                        && (&docs[a.doc as usize].key, a.doc) < (&docs[b.doc as usize].key, b.doc));
+                prop_assert!(ordered, "{:?} before {:?}", a, b);
+            }
+            // Every plain hit stays, only kept documents come in, each once, scores finite.
+            let plain = index.rank(&query, &keep);
+            let returned: HashSet<DocId> = hits.iter().map(|hit| hit.doc).collect();
+            prop_assert_eq!(returned.len(), hits.len());
+            prop_assert!(plain.iter().all(|hit| returned.contains(&hit.doc)));
+            prop_assert!(hits.iter().all(|hit| keep(hit.doc) && hit.score.is_finite() && hit.score > 0.0));
         }
 
         #[test]

@@ -7,8 +7,9 @@
 //! list and high in the other, and so change the fused order (DESIGN.md section 2).
 //!
 //! [`Hybrid`] is the policy on top: a balance between the lexical and the semantic list
-//! (Rocket.Chat's "search balance": 0 lexical only, 100 semantic only), and a minimum
-//! similarity that drops weak vector hits but never a lexical one.
+//! (Rocket.Chat's "search balance": 0 lexical only, 100 semantic only), optionally moved per
+//! query by its length ([`Adaptive`]), and a minimum similarity that drops weak vector hits
+//! but never a lexical one.
 //!
 //! `k` is fixed at 60, the value of Cormack et al. (2009) that most systems use: one knob
 //! less to drift, and the balance already says how much each list counts.
@@ -143,13 +144,16 @@ impl Slots {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hybrid {
     /// 0..=100: 0 serves the lexical list only, 100 the semantic list only; in between the
-    /// semantic list has weight `balance / 100` and the lexical list the rest. Values above
-    /// 100 count as 100.
+    /// semantic list has weight `balance / 100` and the lexical list the rest (moved per query
+    /// by [`Hybrid::adaptive`] when set). Values above 100 count as 100.
     pub balance: u8,
     /// Vector hits with a cosine similarity below this are dropped before fusion. Lexical hits
     /// are never dropped: an exact term match (an error code, a tool name) stays findable
     /// however far its embedding is from the query's.
     pub min_similarity: Option<f32>,
+    /// Moves the semantic weight by the query's length; `None` keeps `balance / 100` for every
+    /// query. Never applies at balance 0 or 100, which switch a list off.
+    pub adaptive: Option<Adaptive>,
 }
 
 impl Default for Hybrid {
@@ -157,7 +161,68 @@ impl Default for Hybrid {
         Hybrid {
             balance: 50,
             min_similarity: None,
+            adaptive: None,
         }
+    }
+}
+
+/// Query-dependent fusion: the semantic weight falls as the query grows.
+///
+/// ```text
+/// semantic weight = balance / 100 - slope * (terms / span - pivot), clamped to 0.05..=0.95
+/// ```
+///
+/// `terms` is the number of distinct terms the analyzer finds in the query. A short request
+/// ("add two numbers") says too little for BM25 to tell tools apart, while an embedding still
+/// carries its meaning; a long one names the objects and parameters a tool's text repeats, and
+/// a sentence embedding of it blurs into an average. Three parameters, fitted on the four
+/// evaluation sets and cross-validated (tune on three, report on the fourth:
+/// docs/retrieval.md); the other signals tried (BM25's top-score margin, the agreement of the
+/// two lists' heads, the share of query terms the index knows) did no better than length.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Adaptive {
+    /// How far the weight moves per `span` terms.
+    pub slope: f32,
+    /// The length, in spans, at which the configured balance applies unchanged.
+    pub pivot: f32,
+    /// Terms per unit of length.
+    pub span: f32,
+    /// Count whitespace-separated words (stop words included) instead of distinct analysed
+    /// terms; the caller does the counting.
+    pub words: bool,
+}
+
+impl Default for Adaptive {
+    fn default() -> Self {
+        // Cross-validated on the four sets (docs/retrieval.md): the configured balance holds
+        // at 19.2 terms, and each 16 terms move the semantic weight by 0.3.
+        Adaptive {
+            slope: 0.3,
+            pivot: 1.2,
+            span: 16.0,
+            words: false,
+        }
+    }
+}
+
+/// The semantic weight never leaves this range under [`Adaptive`], so neither list is ever
+/// switched off by a query's length alone.
+pub const ADAPTIVE_RANGE: std::ops::RangeInclusive<f32> = 0.05..=0.95;
+
+impl Adaptive {
+    /// The semantic weight for a query of `terms` distinct terms, starting from `base`
+    /// (0..=1). A parameter that is not finite leaves `base` as it is, and a `span` of zero
+    /// or less counts as one term.
+    pub fn semantic_weight(&self, base: f32, terms: usize) -> f32 {
+        if !(self.slope.is_finite() && self.pivot.is_finite() && self.span.is_finite()) {
+            return base;
+        }
+        let length = terms as f32 / self.span.max(1.0);
+        let weight = base - self.slope * (length - self.pivot);
+        if weight.is_nan() {
+            return base;
+        }
+        weight.clamp(*ADAPTIVE_RANGE.start(), *ADAPTIVE_RANGE.end())
     }
 }
 
@@ -175,19 +240,34 @@ impl Hybrid {
         }
     }
 
-    /// The hybrid ranking of one query from its full-depth BM25 and vector rankings.
+    /// The weight of the semantic list for a query of `terms` distinct terms (the lexical
+    /// list gets the rest): `balance / 100`, moved by [`Hybrid::adaptive`] when set and the
+    /// balance is strictly between 0 and 100.
+    pub fn semantic_weight(&self, terms: usize) -> f32 {
+        let base = f32::from(self.balance.min(100)) / 100.0;
+        match self.adaptive {
+            Some(adaptive) if self.balance > 0 && self.balance < 100 => {
+                adaptive.semantic_weight(base, terms)
+            }
+            _ => base,
+        }
+    }
+
+    /// The hybrid ranking of one query of `terms` distinct terms from its full-depth BM25 and
+    /// vector rankings.
     ///
     /// At balance 0 this is exactly `bm25`; at 100 exactly the strong vector hits. When one
     /// side is empty (no shared term, every vector hit too weak, or that search failed and the
     /// caller passed nothing) the other side is served as is, scores included; otherwise the
-    /// scores are fused RRF scores.
+    /// scores are fused RRF scores, weighted by [`Hybrid::semantic_weight`].
     pub fn fuse<'k>(
         &self,
         bm25: &[Hit],
         vector: &[Hit],
+        terms: usize,
         key: &dyn Fn(DocId) -> &'k str,
     ) -> Vec<Hit> {
-        self.fuse_top(bm25, vector, key, usize::MAX)
+        self.fuse_top(bm25, vector, terms, key, usize::MAX)
     }
 
     /// The first `limit` hits of [`Hybrid::fuse`], in the same order: what a search for the
@@ -196,11 +276,11 @@ impl Hybrid {
         &self,
         bm25: &[Hit],
         vector: &[Hit],
+        terms: usize,
         key: &dyn Fn(DocId) -> &'k str,
         limit: usize,
     ) -> Vec<Hit> {
         let vector = self.strong(vector);
-        let semantic = f32::from(self.balance.min(100)) / 100.0;
         let head = |list: &[Hit]| list[..limit.min(list.len())].to_vec();
         if self.balance == 0 || vector.is_empty() {
             return head(bm25);
@@ -208,12 +288,14 @@ impl Hybrid {
         if self.balance >= 100 || bm25.is_empty() {
             return head(&vector);
         }
+        let semantic = self.semantic_weight(terms);
         fuse_top(&[(bm25, 1.0 - semantic), (&vector, semantic)], key, limit)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use expect_test::{Expect, expect};
     use proptest::prelude::*;
 
     use super::*;
@@ -264,7 +346,7 @@ mod tests {
         let bm25 = list(&[A, B]);
         let vector = list(&[C, A, B]);
         assert_eq!(
-            names(&Hybrid::default().fuse(&bm25, &vector, &key)),
+            names(&Hybrid::default().fuse(&bm25, &vector, 3, &key)),
             "A B C"
         );
     }
@@ -335,9 +417,9 @@ mod tests {
         let bm25 = list(&[A, B]);
         let vector = list(&[C, A]);
         let hybrid = Hybrid::default();
-        assert_eq!(hybrid.fuse(&bm25, &[], &key), bm25);
-        assert_eq!(hybrid.fuse(&[], &vector, &key), vector);
-        assert_eq!(hybrid.fuse(&[], &[], &key), []);
+        assert_eq!(hybrid.fuse(&bm25, &[], 3, &key), bm25);
+        assert_eq!(hybrid.fuse(&[], &vector, 3, &key), vector);
+        assert_eq!(hybrid.fuse(&[], &[], 3, &key), []);
     }
 
     #[test]
@@ -351,13 +433,87 @@ mod tests {
         let hybrid = Hybrid {
             balance: 50,
             min_similarity: Some(0.5),
+            adaptive: None,
         };
-        assert_eq!(names(&hybrid.fuse(&bm25, &vector, &key)), "A C");
+        assert_eq!(names(&hybrid.fuse(&bm25, &vector, 3, &key)), "A C");
         let all_weak = Hybrid {
             min_similarity: Some(0.9),
             ..hybrid
         };
-        assert_eq!(all_weak.fuse(&bm25, &vector, &key), bm25);
+        assert_eq!(all_weak.fuse(&bm25, &vector, 3, &key), bm25);
+    }
+
+    /// The semantic weight at balance 45 under the default [`Adaptive`], for each length.
+    fn check_weights(lengths: &[usize], expect: Expect) {
+        let hybrid = Hybrid {
+            balance: 45,
+            adaptive: Some(Adaptive::default()),
+            ..Hybrid::default()
+        };
+        let weights: Vec<String> = lengths
+            .iter()
+            .map(|&terms| format!("{terms}:{:.3}", hybrid.semantic_weight(terms)))
+            .collect();
+        expect.assert_eq(&weights.join(" "));
+    }
+
+    #[test]
+    fn adaptive_weight_leans_semantic_for_short_queries_and_lexical_for_long_ones() {
+        // 0.45 - 0.3 * (terms / 16 - 1.2): balance 45 holds at 19.2 terms, and the clamp
+        // would keep a sliver of either list at the extremes.
+        check_weights(
+            &[0, 1, 3, 8, 13, 19, 20, 30, 60, 100],
+            expect![
+                "0:0.810 1:0.791 3:0.754 8:0.660 13:0.566 19:0.454 20:0.435 30:0.247 60:0.050 100:0.050"
+            ],
+        );
+    }
+
+    #[test]
+    fn adaptive_weight_is_the_balance_without_adaptive_or_at_the_extremes() {
+        let fixed = Hybrid {
+            balance: 45,
+            ..Hybrid::default()
+        };
+        assert_eq!(fixed.semantic_weight(3), 0.45);
+        assert_eq!(fixed.semantic_weight(40), 0.45);
+        for balance in [0, 100, 200] {
+            let hybrid = Hybrid {
+                balance,
+                adaptive: Some(Adaptive::default()),
+                ..Hybrid::default()
+            };
+            assert_eq!(
+                hybrid.semantic_weight(3),
+                f32::from(balance.min(100)) / 100.0
+            );
+        }
+        let broken = Adaptive {
+            slope: f32::NAN,
+            ..Adaptive::default()
+        };
+        assert_eq!(broken.semantic_weight(0.45, 3), 0.45);
+        let no_span = Adaptive {
+            span: 0.0,
+            ..Adaptive::default()
+        };
+        // A span of one term: 0.45 - 0.3 * (1 - 1.2).
+        assert!((no_span.semantic_weight(0.45, 1) - 0.51).abs() < 1e-6);
+    }
+
+    #[test]
+    fn adaptive_fusion_follows_the_list_its_length_favours() {
+        // BM25 puts A first, the vector search B: a short query goes with the vector search,
+        // a long one with BM25.
+        let bm25 = list(&[A, B]);
+        let vector = list(&[B, A]);
+        let hybrid = Hybrid {
+            balance: 45,
+            adaptive: Some(Adaptive::default()),
+            ..Hybrid::default()
+        };
+        assert_eq!(names(&hybrid.fuse(&bm25, &vector, 3, &key)), "B A");
+        assert_eq!(names(&hybrid.fuse(&bm25, &vector, 30, &key)), "A B");
     }
 
     fn permutation() -> impl Strategy<Value = Vec<DocId>> {
@@ -421,13 +577,14 @@ mod tests {
         #[test]
         fn top_k_is_the_head_of_the_full_fusion(
             a in ranked(), b in ranked(), balance in 0u8..=100, limit in 0usize..12,
-            min in proptest::option::of(0.0f32..100.0),
+            min in proptest::option::of(0.0f32..100.0), terms in 0usize..40, adaptive in any::<bool>(),
         ) {
             let (a, b) = (list(&a), list(&b));
-            let hybrid = Hybrid { balance, min_similarity: min };
-            let full = hybrid.fuse(&a, &b, &key);
+            let adaptive = adaptive.then(Adaptive::default);
+            let hybrid = Hybrid { balance, min_similarity: min, adaptive };
+            let full = hybrid.fuse(&a, &b, terms, &key);
             let head = &full[..limit.min(full.len())];
-            prop_assert_eq!(hybrid.fuse_top(&a, &b, &key, limit), head.to_vec());
+            prop_assert_eq!(hybrid.fuse_top(&a, &b, terms, &key, limit), head.to_vec());
             let lists = [(a.as_slice(), 0.4), (b.as_slice(), 0.6)];
             let full = fuse(&lists, &key);
             prop_assert_eq!(fuse_top(&lists, &key, limit), full[..limit.min(full.len())].to_vec());
@@ -440,7 +597,7 @@ mod tests {
             let mut b = b;
             b.retain(|&doc| doc != top);
             b.insert(0, top);
-            let fused = Hybrid { balance, min_similarity: None }.fuse(&list(&a), &list(&b), &key);
+            let fused = Hybrid { balance, min_similarity: None, adaptive: None }.fuse(&list(&a), &list(&b), 3, &key);
             prop_assert_eq!(fused[0].doc, top);
         }
 
@@ -478,13 +635,31 @@ mod tests {
         }
 
         #[test]
+        fn adaptive_weight_is_monotone_and_bounded(
+            balance in 1u8..100, a in 0usize..200, b in 0usize..200,
+            slope in 0.0f32..4.0, pivot in -2.0f32..4.0, span in 1.0f32..64.0,
+        ) {
+            let hybrid = Hybrid {
+                balance,
+                adaptive: Some(Adaptive { slope, pivot, span, words: false }),
+                ..Hybrid::default()
+            };
+            let (short, long) = (a.min(b), a.max(b));
+            let (w_short, w_long) = (hybrid.semantic_weight(short), hybrid.semantic_weight(long));
+            prop_assert!(w_long <= w_short, "{} terms: {}, {} terms: {}", short, w_short, long, w_long);
+            prop_assert!(ADAPTIVE_RANGE.contains(&w_short) && ADAPTIVE_RANGE.contains(&w_long));
+        }
+
+        #[test]
         fn balance_extremes_equal_the_single_lists(bm25 in ranked(), vector in similarities()) {
             let bm25 = list(&bm25);
-            let lexical = Hybrid { balance: 0, min_similarity: None };
-            let semantic = Hybrid { balance: 100, min_similarity: None };
-            prop_assert_eq!(lexical.fuse(&bm25, &vector, &key), bm25.clone());
-            prop_assert_eq!(semantic.fuse(&bm25, &vector, &key), vector.clone());
-            prop_assert_eq!(Hybrid { balance: 250, min_similarity: None }.fuse(&bm25, &vector, &key), vector);
+            // Adaptive fusion never overrides a list switched off.
+            let adaptive = Some(Adaptive::default());
+            let lexical = Hybrid { balance: 0, min_similarity: None, adaptive };
+            let semantic = Hybrid { balance: 100, min_similarity: None, adaptive };
+            prop_assert_eq!(lexical.fuse(&bm25, &vector, 3, &key), bm25.clone());
+            prop_assert_eq!(semantic.fuse(&bm25, &vector, 3, &key), vector.clone());
+            prop_assert_eq!(Hybrid { balance: 250, min_similarity: None, adaptive: None }.fuse(&bm25, &vector, 3, &key), vector);
         }
 
         #[test]
@@ -492,8 +667,8 @@ mod tests {
             bm25 in ranked(), vector in similarities(), balance in 0u8..=100, min in -100i8..=100,
         ) {
             let bm25 = list(&bm25);
-            let hybrid = Hybrid { balance, min_similarity: Some(f32::from(min) / 100.0) };
-            let fused = hybrid.fuse(&bm25, &vector, &key);
+            let hybrid = Hybrid { balance, min_similarity: Some(f32::from(min) / 100.0), adaptive: None };
+            let fused = hybrid.fuse(&bm25, &vector, 3, &key);
             if balance < 100 {
                 for hit in &bm25 {
                     prop_assert!(position(&fused, hit.doc).is_some(), "{:?} lost from {:?}", hit, fused);
@@ -517,7 +692,7 @@ mod tests {
             };
             let mut vector: Vec<DocId> = vec![missed];
             vector.extend(bm25.iter().copied());
-            let fused = Hybrid { balance, min_similarity: None }.fuse(&list(&bm25), &list(&vector), &key);
+            let fused = Hybrid { balance, min_similarity: None, adaptive: None }.fuse(&list(&bm25), &list(&vector), 3, &key);
             prop_assert!(position(&fused, missed).is_some());
         }
     }

@@ -6,7 +6,9 @@
 //! for one query. [`tokenize`] and [`Analyzer`] define the terms both sides share.
 //! [`VectorIndex::build`] and [`VectorIndex::rank`] do the same for embeddings (every kept
 //! document is ranked). [`fuse`] combines full-depth rankings by weighted RRF, and
-//! [`Hybrid`] is the lexical/semantic policy on top (balance, minimum similarity).
+//! [`Hybrid`] is the lexical/semantic policy on top (balance, query-dependent [`Adaptive`]
+//! weights, minimum similarity). [`Bm25Index::rank_with`] adds pseudo-relevance
+//! [`Feedback`] (RM3).
 //!
 //! Architecture invariants:
 //! - No MCP, no IO, no async, no serde: documents arrive as plain strings, results leave
@@ -18,7 +20,8 @@
 //!   holds for vector and fused rankings (ties by key, then `DocId`).
 //! - Rankings are full depth: fusion sees every document's true rank in each list.
 //! - Filters narrow before ranking: a document rejected by `keep` is never scored, and
-//!   corpus statistics are the whole index's, so a filter never changes a survivor's score.
+//!   corpus statistics are the whole index's, so a filter never changes a survivor's score
+//!   (except through [`Feedback`], whose feedback documents are chosen among the survivors).
 
 mod analyzer;
 mod bm25;
@@ -29,8 +32,8 @@ mod needs;
 mod vector;
 
 pub use analyzer::{Analyzer, Language, tokenize};
-pub use bm25::{Bm25Index, Bm25Params, FieldWeights, Hit};
+pub use bm25::{Bm25Index, Bm25Params, FEEDBACK_DOC_TERMS, Feedback, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
-pub use hybrid::{Hybrid, RRF_K, fuse, fuse_top};
+pub use hybrid::{ADAPTIVE_RANGE, Adaptive, Hybrid, RRF_K, fuse, fuse_top};
 pub use needs::{MAX_NEEDS, split_needs};
 pub use vector::{VectorError, VectorIndex};

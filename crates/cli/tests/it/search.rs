@@ -238,13 +238,43 @@ fn search_explain_shows_the_ranks_behind_a_fused_score() {
         serde_json::from_str(&run(&["search", "add two numbers", "--explain", "--json"]))
             .expect("json");
     assert!(!hits.is_empty());
+    // Query-dependent fusion (on by default): a three-word request leans semantic, so the
+    // weights are this query's (about 0.45 + 0.3 * (1.2 - 3/16) = 0.75 for the vector list),
+    // not 0.55 / 0.45 from the balance alone. Every explained place carries its weight, and
+    // the same two weights stand behind every hit, including one only the vector list found
+    // (`"bm25": null`): its score is its vector term alone.
     let mut fused = 0;
+    let mut weights: Option<(f64, f64)> = None;
     for hit in &hits {
         let rank = |list: &str| hit[list]["rank"].as_f64();
+        let weight = |list: &str| hit[list]["weight"].as_f64();
         let score = hit["score"].as_f64().expect("score");
-        // The fused score is exactly what the ranks say: 0.55/(60 + r) + 0.45/(60 + r').
-        let expected = rank("bm25").map_or(0.0, |r| 0.55 / (60.0 + r))
-            + rank("vector").map_or(0.0, |r| 0.45 / (60.0 + r));
+        assert!(
+            rank("bm25").is_some() || rank("vector").is_some(),
+            "a fused hit is in at least one list: {hit}"
+        );
+        for list in ["bm25", "vector"] {
+            assert_eq!(rank(list).is_some(), weight(list).is_some(), "{hit}");
+        }
+        let (bm25_weight, vector_weight) = *weights.get_or_insert_with(|| {
+            let vector = hits
+                .iter()
+                .find_map(|hit| hit["vector"]["weight"].as_f64())
+                .expect("a vector place");
+            (1.0 - vector, vector)
+        });
+        assert!((bm25_weight + vector_weight - 1.0).abs() < 1e-6, "{hit}");
+        assert!(
+            weight("bm25").is_none_or(|w| (w - bm25_weight).abs() < 1e-6),
+            "{hit}"
+        );
+        assert!(
+            weight("vector").is_none_or(|w| (w - vector_weight).abs() < 1e-6),
+            "{hit}"
+        );
+        // The fused score is exactly what the ranks and weights say: w/(60 + r) + w'/(60 + r').
+        let expected = rank("bm25").map_or(0.0, |r| bm25_weight / (60.0 + r))
+            + rank("vector").map_or(0.0, |r| vector_weight / (60.0 + r));
         assert!((score - expected).abs() < 1e-5, "{hit}");
         if rank("bm25").is_some() && rank("vector").is_some() {
             fused += 1;
@@ -252,16 +282,21 @@ fn search_explain_shows_the_ranks_behind_a_fused_score() {
     }
     assert!(fused > 0, "{hits:?}");
     assert_eq!(hits[0]["name"], "everything__get-sum", "{hits:?}");
+    let (bm25_weight, vector_weight) = weights.expect("fused hits");
+    assert!(
+        vector_weight > 0.45,
+        "a short request leans semantic: {hits:?}"
+    );
 
     let table = run(&["search", "add two numbers", "--explain"]);
     assert!(
         table.contains("bm25 rank (score)") && table.contains("vector rank (cosine)"),
         "{table}"
     );
-    assert!(
-        table.contains("score: reciprocal rank fusion of the BM25 and the vector ranking, 0.55 / (60 + BM25 rank) + 0.45 / (60 + vector rank)"),
-        "{table}"
+    let legend = format!(
+        "score: reciprocal rank fusion of the BM25 and the vector ranking, {bm25_weight:.3} / (60 + BM25 rank) + {vector_weight:.3} / (60 + vector rank) (this query's weights)"
     );
+    assert!(table.contains(&legend), "{legend} in {table}");
     let help = text(&mcpgw_in(&config.path, &["search", "--help"]).stdout);
     for needle in [
         "<QUERY>",
