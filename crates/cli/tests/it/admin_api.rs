@@ -185,6 +185,11 @@ fn bad_parameters_get_400_naming_them(port: u16, token: &str) {
             "/admin/v1/search?q=echo&server=nope",
             "no server named 'nope'",
         ),
+        ("/admin/v1/search/compare", "the parameter q is required"),
+        (
+            "/admin/v1/search/compare?q=echo&strategy=bm25",
+            "unknown parameter 'strategy'",
+        ),
     ] {
         let bad = get(port, path, &[token]);
         assert_eq!(bad.0, 400, "{path}: {bad:?}");
@@ -228,6 +233,28 @@ fn search_shows_each_strategy_with_the_ranks_behind_each_hit(port: u16, token: &
             + rank("vector").map_or(0.0, |r| weight("vector") / (60.0 + r));
         let score = hit["score"].as_f64().expect("score");
         assert!((score - expected).abs() < 1e-5, "{hit}");
+    }
+    // The playground's one request: the same three lists side by side, as asked one by one.
+    let (status, compared) = get(
+        port,
+        "/admin/v1/search/compare?q=add+two+numbers&top_k=5",
+        &[token],
+    );
+    assert_eq!(status, 200, "{compared}");
+    assert_eq!(compared["query"], "add two numbers");
+    for (strategy, alone) in [("bm25", &bm25), ("vector", &vector), ("hybrid", &hybrid)] {
+        let side = &compared[strategy];
+        assert_eq!(side["strategy"], strategy, "{compared}");
+        let names = |report: &Value| -> Vec<Value> {
+            report["hits"]
+                .as_array()
+                .expect("hits")
+                .iter()
+                .map(|hit| hit["name"].clone())
+                .collect()
+        };
+        assert_eq!(names(side), names(alone), "{strategy}: {compared}");
+        assert_eq!(side["scoring"]["kind"], alone["scoring"]["kind"]);
     }
 }
 

@@ -209,6 +209,13 @@ fn probes(
         ),
         (
             "GET",
+            "/admin/v1/search/compare",
+            "/admin/v1/search/compare?q=current+time&top_k=3&server=time".into(),
+            None,
+            200,
+        ),
+        (
+            "GET",
             "/admin/v1/audit",
             "/admin/v1/audit?limit=10&since=1d".into(),
             None,

@@ -293,7 +293,10 @@ fn sighup_stops_a_removed_server_restarts_a_changed_one_and_keeps_the_rest() {
         all
     };
     let (kept_all, gone_all, changed_all) = (started("kept"), started("gone"), started("changed"));
-    let (kept, changed) = (*kept_all.last().unwrap(), *changed_all.last().unwrap());
+    let (kept, changed) = (
+        kept_all[kept_all.len() - 1],
+        changed_all[changed_all.len() - 1],
+    );
     let tools_before = gateway.health().expect("healthz")["tools"].clone();
     assert_eq!(tools_before, 6, "two tools a server");
 
@@ -331,7 +334,7 @@ fn sighup_stops_a_removed_server_restarts_a_changed_one_and_keeps_the_rest() {
         changed_all.len() + 1,
         "restarted once: {restarted:?}"
     );
-    assert!(alive(*restarted.last().unwrap()));
+    assert!(alive(restarted[restarted.len() - 1]));
     assert_eq!(
         recorded_pids(&pids("kept")),
         kept_all,

@@ -193,6 +193,15 @@ admin_routes! {
         refusals: &[400],
         ..Operation::BASE
     };
+    GET "/admin/v1/search/compare" => admin_v1::compare, Operation {
+        id: "compareSearch",
+        tag: "tools",
+        summary: "The search playground: one query's BM25, vector and hybrid lists side by side, each hit with its rank and score in the BM25 and the vector list.",
+        query: admin_v1::COMPARE_QUERY,
+        answer: json::<admin_v1::Comparison>(200),
+        refusals: &[400],
+        ..Operation::BASE
+    };
     GET "/admin/v1/audit" => admin_records::audit, Operation {
         id: "auditLog",
         tag: "records",

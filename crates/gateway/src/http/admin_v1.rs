@@ -6,8 +6,9 @@
 //!   annotations), the held ones, and what a client's `tools/list` costs;
 //! - `GET /admin/v1/search?q=TEXT[&top_k=N][&strategy=bm25|vector|hybrid][&server=NAME]...`:
 //!   a search of the running catalog with each hit's rank and score in the BM25 and the vector
-//!   list (`mcpgw search --explain`); `strategy` overrides `[retrieval] strategy`, so the three
-//!   lists can be compared side by side.
+//!   list (`mcpgw search --explain`); `strategy` overrides `[retrieval] strategy`;
+//! - `GET /admin/v1/search/compare?q=TEXT[&top_k=N][&server=NAME]...`: the search
+//!   playground, the same query's BM25, vector and hybrid lists side by side in one answer.
 //!
 //! The writes under `/admin/v1/servers` (add, change, remove, enable, disable, test, and the
 //! credentials of one server) are `admin_servers`'. Every route is routed by `admin_api`, the
@@ -55,29 +56,36 @@ pub(crate) const TOOLS_QUERY: &[Param] = &[
     ),
 ];
 
+const QUERY_TEXT: Param = Param {
+    required: true,
+    ..Param::text("q", "What the tool should do, in words.")
+};
+const QUERY_TOP_K: Param = Param {
+    kind: ParamKind::Whole {
+        min: 1,
+        max: MAX_TOP_K,
+        default: DEFAULT_TOP_K,
+    },
+    ..Param::text("top_k", "How many hits.")
+};
+const QUERY_SERVERS: Param = Param {
+    repeatable: true,
+    ..Param::text("server", "Only these configured servers; repeatable.")
+};
+
 /// `GET /admin/v1/search`' parameters.
 pub(crate) const SEARCH_QUERY: &[Param] = &[
-    Param {
-        required: true,
-        ..Param::text("q", "What the tool should do, in words.")
-    },
-    Param {
-        kind: ParamKind::Whole {
-            min: 1,
-            max: MAX_TOP_K,
-            default: DEFAULT_TOP_K,
-        },
-        ..Param::text("top_k", "How many hits.")
-    },
+    QUERY_TEXT,
+    QUERY_TOP_K,
     Param {
         kind: ParamKind::OneOf(&["bm25", "vector", "hybrid"]),
         ..Param::text("strategy", "Overrides `[retrieval] strategy`.")
     },
-    Param {
-        repeatable: true,
-        ..Param::text("server", "Only these configured servers; repeatable.")
-    },
+    QUERY_SERVERS,
 ];
+
+/// `GET /admin/v1/search/compare`' parameters: the search's, but every strategy is asked.
+pub(crate) const COMPARE_QUERY: &[Param] = &[QUERY_TEXT, QUERY_TOP_K, QUERY_SERVERS];
 
 pub(crate) async fn servers(
     State(gateway): State<Arc<Gateway>>,
@@ -120,6 +128,42 @@ pub(crate) async fn search(
     }
 }
 
+/// `GET /admin/v1/search/compare`: the search playground's one query, answered by BM25, the
+/// vector list and the hybrid fusion, side by side (each with the ranks behind every hit).
+pub(crate) async fn compare(
+    State(gateway): State<Arc<Gateway>>,
+    _: Admin,
+    RawQuery(raw): RawQuery,
+) -> Response {
+    let mut query = match search_query_of(raw.as_deref(), &gateway.config(), COMPARE_QUERY) {
+        Ok(query) => query,
+        Err(bad) => return bad_request(&bad),
+    };
+    query.strategy = Some(catalog::Strategy::Bm25);
+    let bm25 = overview::search(&gateway, &query).await;
+    query.strategy = Some(catalog::Strategy::Vector);
+    let vector = overview::search(&gateway, &query).await;
+    query.strategy = Some(catalog::Strategy::Hybrid);
+    let hybrid = overview::search(&gateway, &query).await;
+    Json(Comparison {
+        query: query.query,
+        bm25,
+        vector,
+        hybrid,
+    })
+    .into_response()
+}
+
+/// `GET /admin/v1/search/compare`' answer.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct Comparison {
+    pub query: String,
+    /// The lexical list. A `strategy` that fell back to BM25 says so in its `degraded`.
+    pub bm25: overview::SearchReport,
+    pub vector: overview::SearchReport,
+    pub hybrid: overview::SearchReport,
+}
+
 fn bad_request(message: &str) -> Response {
     super::errors::plain(StatusCode::BAD_REQUEST, message)
 }
@@ -153,13 +197,22 @@ pub(crate) fn search_query(
     raw: Option<&str>,
     config: &config::Config,
 ) -> Result<SearchQuery, String> {
+    search_query_of(raw, config, SEARCH_QUERY)
+}
+
+/// [`search_query`] with the parameters `known` (a route's table).
+fn search_query_of(
+    raw: Option<&str>,
+    config: &config::Config,
+    known: &[Param],
+) -> Result<SearchQuery, String> {
     let mut query = SearchQuery {
         query: String::new(),
         top_k: DEFAULT_TOP_K,
         strategy: None,
         servers: Vec::new(),
     };
-    for (name, value) in parameters(raw, SEARCH_QUERY)? {
+    for (name, value) in parameters(raw, known)? {
         match name.as_str() {
             "q" => query.query = value,
             "top_k" => {
