@@ -67,8 +67,20 @@ def texts(driver, selector: str) -> list[str]:
 
 def visit(driver, out: Path, base: str, path: str, name: str) -> dict:
     driver.get(base + path)
-    driver.save_screenshot(str(out / f"{name}.png"))
+    screenshot(driver, out / f"{name}.png")
     return {"title": driver.title, "url": driver.current_url}
+
+
+def screenshot(driver, path: Path) -> None:
+    """Saves the page; once more when a navigation still under way (a page that was just left
+    may still be unloading) aborted the first try."""
+    try:
+        driver.save_screenshot(str(path))
+    except WebDriverException:
+        WebDriverWait(driver, 30, ignored_exceptions=(WebDriverException,)).until(
+            lambda d: d.execute_script("return document.readyState") == "complete"
+        )
+        driver.save_screenshot(str(path))
 
 
 def tour(driver, args) -> dict:
