@@ -108,6 +108,35 @@ fn waiting_client(gateway: &Gateway, era: &str, ready: &Path, out: &Path) -> Pro
     )
 }
 
+/// Waits for the [`waiting_client`]s to finish and reads each era's report (`file(era, "json")`).
+fn finished_reports(
+    clients: &mut [Proc],
+    eras: &[&'static str],
+    file: &dyn Fn(&str, &str) -> PathBuf,
+) -> Vec<(&'static str, Value)> {
+    wait_until("the clients to finish", Duration::from_secs(90), || {
+        clients
+            .iter_mut()
+            .all(|client| client.child.try_wait().ok().flatten().is_some())
+    });
+    eras.iter()
+        .map(|era| {
+            let text = std::fs::read_to_string(file(era, "json")).expect("output");
+            (*era, serde_json::from_str(&text).expect("client report"))
+        })
+        .collect()
+}
+
+/// A [`waiting_client`] report's tools before, what it heard, and its tools after.
+fn last_steps(report: &Value) -> (&Value, &Value, &Value) {
+    let steps = report["steps"].as_array().expect("steps");
+    (
+        &steps[steps.len() - 4],
+        &steps[steps.len() - 2],
+        &steps[steps.len() - 1],
+    )
+}
+
 fn tool_names(listed: &Value) -> Vec<String> {
     listed
         .as_array()
@@ -146,20 +175,8 @@ fn sighup_adds_a_server_and_connected_clients_of_both_eras_hear_of_its_tools() {
     let status = wait_reloaded(&gateway, "ok", 1);
     assert_eq!(status["error"], Value::Null, "{status}");
 
-    wait_until("the clients to finish", Duration::from_secs(90), || {
-        clients
-            .iter_mut()
-            .all(|client| client.child.try_wait().ok().flatten().is_some())
-    });
-    for era in eras {
-        let text = std::fs::read_to_string(file(era, "json")).expect("output");
-        let report: Value = serde_json::from_str(&text).expect("client report");
-        let steps = report["steps"].as_array().expect("steps");
-        let (before, heard, after) = (
-            &steps[steps.len() - 4],
-            &steps[steps.len() - 2],
-            &steps[steps.len() - 1],
-        );
+    for (era, report) in finished_reports(&mut clients, &eras, &file) {
+        let (before, heard, after) = last_steps(&report);
         // `count` only when it came (a timeout says `timedOut`).
         assert_eq!(heard["count"], 1, "{era}: {report}");
         assert!(
@@ -236,20 +253,8 @@ fn removed_server_is_heard(remove: impl FnOnce(&Gateway, &str)) {
     let status = wait_reloaded(&gateway, "ok", 1);
     assert_eq!(status["error"], Value::Null, "{status}");
 
-    wait_until("the clients to finish", Duration::from_secs(90), || {
-        clients
-            .iter_mut()
-            .all(|client| client.child.try_wait().ok().flatten().is_some())
-    });
-    for era in eras {
-        let text = std::fs::read_to_string(file(era, "json")).expect("output");
-        let report: Value = serde_json::from_str(&text).expect("client report");
-        let steps = report["steps"].as_array().expect("steps");
-        let (before, heard, after) = (
-            &steps[steps.len() - 4],
-            &steps[steps.len() - 2],
-            &steps[steps.len() - 1],
-        );
+    for (era, report) in finished_reports(&mut clients, &eras, &file) {
+        let (before, heard, after) = last_steps(&report);
         // `count` only when it came (a timeout says `timedOut`).
         assert_eq!(heard["count"], 1, "{era}: {report}");
         assert!(
