@@ -221,6 +221,18 @@ cpu_us() {
   awk -v t="$TICK_US" '{ print ($12 + $13) * t }' <<<"${stat##*) }"
 }
 
+# CPU time in µs of the processes below PID (the proxy's upstream children).
+tree_cpu_us() {
+  local total=0 p
+  for p in $(descendants "$1"); do total=$((total + $(cpu_us "$p"))); done
+  echo "$total"
+}
+
+# Busy jiffies of the whole machine (all CPUs: everything but idle and iowait) and all of them.
+machine_jiffies() {
+  awk '$1 == "cpu" { busy = 0; for (i = 2; i <= NF; i++) if (i != 5 && i != 6) busy += $i; print busy, busy + $5 + $6 }' /proc/stat
+}
+
 rss_mib() {
   awk '$1 == "VmRSS:" { printf "%.1f", $2 / 1024; found = 1 } END { if (!found) printf "-" }' \
     "/proc/$1/status" 2>/dev/null || printf -- "-"
@@ -269,15 +281,19 @@ wrk_run() {
 point() {
   local label="$1" c="$2" pid="$3" url="$4" tool="$5" args="$6" expect="$7"
   local out="$WORK/wrk-$label-$c.txt" warm="$WORK/wrk-$label-$c-warmup.txt"
-  local rss0 rss1 cpu0 cpu1 calls secs errs children=""
+  local rss0 rss1 cpu0 cpu1 up0=0 up1=0 m0 m1 calls secs errs children=""
   rss0="$(rss_mib "$pid")"
   if ((WARMUP > 0)); then
     wrk_run "$warm" "$WARMUP" "$c" "$url" "$tool" "$args" "$expect"
     close_sessions "$warm" "$url"
   fi
   cpu0="$(cpu_us "$pid")"
+  [[ "$label" == direct ]] || up0="$(tree_cpu_us "$pid")"
+  m0="$(machine_jiffies)"
   wrk_run "$out" "$SECONDS_PER_POINT" "$c" "$url" "$tool" "$args" "$expect"
   cpu1="$(cpu_us "$pid")"
+  [[ "$label" == direct ]] || up1="$(tree_cpu_us "$pid")"
+  m1="$(machine_jiffies)"
   rss1="$(rss_mib "$pid")"
   # The C sessions are still open: count what runs below the proxy now.
   [[ "$label" == direct ]] || children="$(descendants "$pid" | wc -l)"
@@ -290,13 +306,20 @@ point() {
   R[p50:$label:$c]="$(awk -v us="$(field "$out" p50_us)" 'BEGIN { printf "%.2f", us / 1000 }')"
   R[p99:$label:$c]="$(awk -v us="$(field "$out" p99_us)" 'BEGIN { printf "%.2f", us / 1000 }')"
   R[cpu:$label:$c]="$(awk -v d="$((cpu1 - cpu0))" -v n="$calls" 'BEGIN { if (n > 0) printf "%.0f", d / n; else printf "-" }')"
+  if [[ "$label" == direct ]]; then
+    R[ucpu:$label:$c]="-"
+  else
+    R[ucpu:$label:$c]="$(awk -v d="$((up1 - up0))" -v n="$calls" 'BEGIN { if (n > 0) printf "%.0f", d / n; else printf "-" }')"
+  fi
+  # The share of both CPUs busy during the run (wrk, the proxy, its upstream, anything else).
+  R[busy:$label:$c]="$(awk -v a="$m0" -v b="$m1" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; if (t > 0) printf "%.0f", 100 * (y[1] - x[1]) / t; else printf "-" }')"
   R[rss:$label:$c]="$rss0 → $rss1"
   R[err:$label:$c]="$errs"
   R[children:$label:$c]="$children"
   R[proto:$label]="$(awk '$1 == "PROTOCOL" { printf "%s%s", sep, $2; sep = "," }' "$out")"
   R[sse:$label]=$((${R[sse:$label]:-0} + $(field "$out" sse)))
   R[json:$label]=$((${R[json:$label]:-0} + $(field "$out" json)))
-  log "$label C=$c: ${R[rps:$label:$c]} calls/s, p50 ${R[p50:$label:$c]} ms, p99 ${R[p99:$label:$c]} ms, CPU ${R[cpu:$label:$c]} µs/call, RSS ${R[rss:$label:$c]} MiB, errors $errs${children:+, processes below: $children}"
+  log "$label C=$c: ${R[rps:$label:$c]} calls/s, p50 ${R[p50:$label:$c]} ms, p99 ${R[p99:$label:$c]} ms, CPU ${R[cpu:$label:$c]} µs/call (upstream ${R[ucpu:$label:$c]}, machine ${R[busy:$label:$c]}% busy), RSS ${R[rss:$label:$c]} MiB, errors $errs${children:+, processes below: $children}"
   if grep -q '^BAD ' "$out"; then
     grep '^BAD ' "$out" | head -n 3 | sed "s/^/[bench-load]   $label C=$c: /" >&2
     grep '^BAD ' "$out" | head -n 3 | sed "s/^BAD /$label C=$c: /" >>"$WORK/bad.txt"
@@ -486,16 +509,19 @@ report() {
   echo "- load: wrk, one keep-alive connection and one MCP session per client, $SECONDS_PER_POINT s per point after a $WARMUP s warm-up;" \
     'tools/call echo {"message":"hello"}'
   echo
-  echo "| target | C | calls/s | p50 ms | p99 ms | CPU µs/call | RSS MiB before → after | errors |"
-  echo "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+  echo "| target | C | calls/s | p50 ms | p99 ms | CPU µs/call | upstream CPU µs/call | machine busy | RSS MiB before → after | errors |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
   local t c
   for t in $TARGETS; do
     for c in $CONCURRENCY; do
-      echo "| ${NAMES[$t]} | $c | ${R[rps:$t:$c]} | ${R[p50:$t:$c]} | ${R[p99:$t:$c]} | ${R[cpu:$t:$c]} | ${R[rss:$t:$c]} | ${R[err:$t:$c]} |"
+      echo "| ${NAMES[$t]} | $c | ${R[rps:$t:$c]} | ${R[p50:$t:$c]} | ${R[p99:$t:$c]} | ${R[cpu:$t:$c]} | ${R[ucpu:$t:$c]} | ${R[busy:$t:$c]}% | ${R[rss:$t:$c]} | ${R[err:$t:$c]} |"
     done
   done
   echo
   echo "CPU is the proxy's own process (mcpgw; mcp-proxy's python; for direct, the node server), not its upstream."
+  echo "Upstream CPU is the processes below the proxy (the server-everything child; for mcpgw-http, none: its upstream runs apart)."
+  echo "Machine busy is the share of all CPUs in use during the measured run: near 100%, calls/s is bounded by the sum of"
+  echo "everyone's CPU per call (wrk, the proxy, the upstream), not by the proxy alone."
   if [[ " $TARGETS " == *" mcp-proxy "* ]]; then
     echo
     echo "### Ratios to mcp-proxy (same run)"

@@ -124,6 +124,9 @@ pub(crate) struct Args {
     /// The expansion's weight λ in the query model (0 to 0.9).
     #[arg(long, default_value_t = retrieval::Feedback::default().weight, value_name = "LAMBDA")]
     feedback_weight: f32,
+    /// The largest share of the tools an expansion term may occur in (0 to 1).
+    #[arg(long, default_value_t = retrieval::Feedback::default().max_df, value_name = "SHARE")]
+    feedback_max_df: f32,
     /// Apply feedback to the BM25 list inside hybrid fusion too (off in the gateway).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
     feedback_fusion: bool,
@@ -211,6 +214,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             docs: args.feedback,
             terms: args.feedback_terms,
             weight: args.feedback_weight,
+            max_df: args.feedback_max_df,
         }),
         feedback_in_fusion: args.feedback_fusion,
         limit: args.limit,

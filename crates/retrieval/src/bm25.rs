@@ -147,6 +147,10 @@ pub struct Feedback {
     /// λ, the expansion's share of the query model, clamped to `0.0..=0.9`; 0 or not finite
     /// switches feedback off.
     pub weight: f32,
+    /// The largest share of the index's documents an expansion term may occur in (`0.0..=1.0`);
+    /// a commoner term is skipped. Such a term tells little (its idf is low) and costs the most
+    /// (its postings are the longest, and every document they reach joins the ranking).
+    pub max_df: f32,
 }
 
 impl Default for Feedback {
@@ -156,6 +160,7 @@ impl Default for Feedback {
             docs: 1,
             terms: 10,
             weight: 0.1,
+            max_df: 0.05,
         }
     }
 }
@@ -462,8 +467,15 @@ impl Bm25Index {
                 _ => merged.push((term, p)),
             }
         }
-        // The heaviest terms, ties to the rarer (shorter postings, more telling), then by id.
+        // Terms in more than `max_df` of the documents are left out (see [`Feedback::max_df`]).
         let df = |term: u32| self.postings(term).len();
+        let max_df = if feedback.max_df.is_finite() {
+            (f64::from(feedback.max_df.clamp(0.0, 1.0)) * self.len() as f64).ceil() as usize
+        } else {
+            self.len()
+        };
+        merged.retain(|&(term, _)| df(term) <= max_df);
+        // The heaviest terms, ties to the rarer (shorter postings, more telling), then by id.
         merged.sort_unstable_by(|a, b| {
             b.1.total_cmp(&a.1)
                 .then(df(a.0).cmp(&df(b.0)))
@@ -1226,9 +1238,10 @@ mod tests {
         fn feedback_ranking_invariants_hold(
             docs in docs(), query in text(), mask in prop::collection::vec(any::<bool>(), 12),
             fb_docs in 0usize..4, fb_terms in 0usize..12, weight in 0.0f32..1.0,
+            max_df in 0.0f32..=1.0,
         ) {
             let keep = |doc: DocId| mask[doc as usize];
-            let feedback = Feedback { docs: fb_docs, terms: fb_terms, weight };
+            let feedback = Feedback { docs: fb_docs, terms: fb_terms, weight, max_df };
             let index = Bm25Index::build(&docs, &Bm25Params::default());
             let hits = index.rank_with(&query, Some(&feedback), &keep);
             prop_assert_eq!(&hits, &index.rank_with(&query, Some(&feedback), &keep));
