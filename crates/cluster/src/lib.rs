@@ -95,8 +95,7 @@ impl From<redis::RedisError> for ClusterError {
     fn from(error: redis::RedisError) -> Self {
         // The kind and the server's message only: `Display` of a connection error may carry
         // the address, never the password, but the category is all a caller needs.
-        if error.is_connection_refusal() || error.is_connection_dropped() || error.is_io_error()
-        {
+        if error.is_connection_refusal() || error.is_connection_dropped() || error.is_io_error() {
             ClusterError::Down
         } else if error.is_timeout() {
             ClusterError::Timeout
@@ -390,7 +389,9 @@ async fn ping(inner: Weak<Inner>) {
         };
         let answered = inner
             .retried(|mut commands| async move {
-                redis::cmd("PING").query_async::<String>(&mut commands).await
+                redis::cmd("PING")
+                    .query_async::<String>(&mut commands)
+                    .await
             })
             .await;
         inner.set_reachable(answered.is_ok());

@@ -68,7 +68,11 @@ async fn an_event_reaches_the_other_processes_and_not_the_sender() {
         .expect("publish");
     let event = next_event(&mut heard_by_b, Duration::from_secs(2)).await;
     assert_eq!(event, Some(Event::Approval { id: "ap-1".into() }));
-    assert!(sent.elapsed() < Duration::from_millis(300), "{:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        sent.elapsed()
+    );
 
     b.publish(&Event::Server {
         name: ServerName::from("files"),
@@ -241,8 +245,6 @@ async fn redis_down_fails_fast_and_its_return_is_noticed() {
         .expect("publish after the outage");
     assert_eq!(
         next_event(&mut heard_by_b, Duration::from_secs(2)).await,
-        Some(Event::Approval {
-            id: "after".into()
-        })
+        Some(Event::Approval { id: "after".into() })
     );
 }

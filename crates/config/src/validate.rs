@@ -20,8 +20,8 @@ use crate::value::looks_secret;
 use crate::{
     AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth, HttpTransport, NetworkConfig,
-    OAuthConfig, PostgresUrl, Problem, RedisUrl, Replicas, RemoteEmbedderConfig, RetrievalConfig, ServerConfig,
-    ServerName, StdioTransport, StoreConfig, Transport, Value,
+    OAuthConfig, PostgresUrl, Problem, RedisUrl, RemoteEmbedderConfig, Replicas, RetrievalConfig,
+    ServerConfig, ServerName, StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -1634,13 +1634,13 @@ strategy = "bm25"
         ));
         expect![[r#"
             invalid configuration (2 problems):
-              1:1: store.redis: `replicas = 3` needs Redis, and no `redis` is set (hint: set `redis = "redis://HOST:6379/"`: replicas share approval decisions, catalog changes and rate limits through it (or set `replicas = 1`))
-              1:1: store.url: `replicas = 3` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
+              1:2: store.redis: `replicas = 3` needs Redis, and no `redis` is set (hint: set `redis = "redis://HOST:6379/"`: replicas share approval decisions, catalog changes and rate limits through it (or set `replicas = 1`))
+              1:2: store.url: `replicas = 3` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
             "[store]\nreplicas = 3\n",
         ));
         expect![[r#"
             invalid configuration (1 problem):
-              1:1: store.url: `replicas = 2` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
+              1:2: store.url: `replicas = 2` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
             "[store]\nredis = \"redis://127.0.0.1/\"\nreplicas = 2\n",
         ));
         expect![[r#"
@@ -1653,9 +1653,15 @@ strategy = "bm25"
     #[test]
     fn a_redis_url_is_checked_and_never_shown() {
         for (url, why) in [
-            ("rediss://:hunter2@cache/", "TLS to Redis (rediss://) is not supported yet"),
+            (
+                "rediss://:hunter2@cache/",
+                "TLS to Redis (rediss://) is not supported yet",
+            ),
             ("http://:hunter2@cache/", "not a Redis URL"),
-            ("redis://:hunter2@cache/zero", "the path of a Redis URL is a database number"),
+            (
+                "redis://:hunter2@cache/zero",
+                "the path of a Redis URL is a database number",
+            ),
             ("redis://:hunter2@:6379/", "not a valid Redis URL"),
         ] {
             let summary = store_summary(&format!("[store]\nredis = {url:?}\n"));

@@ -126,9 +126,7 @@ pub(crate) async fn listen(gateway: Weak<Gateway>, mut events: broadcast::Receiv
                     .upstreams
                     .servers()
                     .iter()
-                    .filter(|server| {
-                        matches!(server.status().state, upstream::ServerState::Ready)
-                    })
+                    .filter(|server| matches!(server.status().state, upstream::ServerState::Ready))
                     .cloned()
                     .collect();
                 tokio::spawn(relist(gateway.clone(), ready));
@@ -141,7 +139,8 @@ pub(crate) async fn listen(gateway: Weak<Gateway>, mut events: broadcast::Receiv
 /// Lists `servers` again (a failed list keeps its last good version) and rebuilds the catalog
 /// once if any was listed.
 async fn relist(gateway: Arc<Gateway>, servers: Vec<Arc<upstream::Server>>) {
-    let listed = futures::future::join_all(servers.iter().map(|server| server.refresh_tools())).await;
+    let listed =
+        futures::future::join_all(servers.iter().map(|server| server.refresh_tools())).await;
     if listed.iter().any(Result::is_ok) {
         gateway.refresh_catalog().await;
     }

@@ -39,6 +39,7 @@ mod principals;
 mod profiles;
 mod relay;
 mod reload;
+mod replicas;
 mod resources;
 mod search;
 mod server_writes;

@@ -49,7 +49,9 @@ mod tests {
         let me = Principal::Local;
         assert!(limit(&gateway, &me, &call("search_tools")).await.is_none());
         assert!(limit(&gateway, &me, &call("time__now")).await.is_none());
-        let refused = limit(&gateway, &me, &call("time__now")).await.expect("over the limit");
+        let refused = limit(&gateway, &me, &call("time__now"))
+            .await
+            .expect("over the limit");
         assert_eq!(refused.is_error, Some(true));
         // A refused meta-tool call counts and is refused, but names no tool to record.
         assert!(limit(&gateway, &me, &call("search_tools")).await.is_some());
@@ -71,7 +73,11 @@ mod tests {
     async fn without_a_limit_nothing_is_refused() {
         let (gateway, _) = gateway("").await;
         for _ in 0..1000 {
-            assert!(limit(&gateway, &Principal::Local, &call("time__now")).await.is_none());
+            assert!(
+                limit(&gateway, &Principal::Local, &call("time__now"))
+                    .await
+                    .is_none()
+            );
         }
     }
 }

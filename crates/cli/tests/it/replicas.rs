@@ -1,0 +1,403 @@
+//! Several `mcpgw serve` replicas on one PostgreSQL (`scripts/test-postgres.sh start`, a schema
+//! per test) and one Redis: a `redis-server` of each test's own on a free loopback port (the
+//! gateway's channel and keys are named `mcpgw:*`, so tests running at once must not share one,
+//! and the outage test stops its own). What replicas share live: an approval decided on one
+//! wakes the call waiting on another at once, a changed definition seen by one is held on the
+//! others at once, one rate limit across them; with Redis down each carries on alone and
+//! `/healthz` says degraded, and all is shared again once Redis is back.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// The secret key every replica seals with (a PostgreSQL store takes it only from outside).
+const SECRET_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+
+/// A `redis-server` of this test's own: no persistence, loopback only.
+struct Redis {
+    proc: Option<Proc>,
+    port: u16,
+}
+
+impl Redis {
+    fn start() -> Redis {
+        let mut redis = Redis {
+            proc: None,
+            port: free_port(),
+        };
+        redis.restart();
+        redis
+    }
+
+    /// Starts it (again) on the same port.
+    fn restart(&mut self) {
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.proc = Some(Proc::spawn("redis-server", &mut command));
+        let port = self.port;
+        wait_until("redis-server to listen", Duration::from_secs(10), || {
+            port_open(port)
+        });
+    }
+
+    fn stop(&mut self) {
+        self.proc = None;
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+/// A replica's configuration: `toml`, the loopback allowlist, and the shared store.
+fn replica_config(toml: &str, postgres: &str, redis: &str, replicas: u32) -> ConfigDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("mcpgw.toml");
+    let text = format!(
+        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = {postgres:?}\nredis = {redis:?}\nreplicas = {replicas}\n"
+    );
+    std::fs::write(&path, text).expect("write config");
+    ConfigDir { dir, path }
+}
+
+/// `count` replicas of `toml` on one fresh PostgreSQL schema and `redis`, each once its Redis
+/// link is up.
+fn replicas(toml: &str, redis: &Redis, count: u32) -> Vec<Gateway> {
+    let postgres = crate::database::postgres_schema();
+    let started: Vec<Gateway> = (0..count)
+        .map(|_| {
+            let config = replica_config(toml, &postgres, &redis.url(), count);
+            // With PostgreSQL the admin token goes to the user data directory: the replica's
+            // own (see `admin_token`).
+            // (The gateway does not create that directory itself: made here.)
+            let data = config.dir.path().join("data");
+            std::fs::create_dir_all(data.join("mcpgw")).expect("data directory");
+            Gateway::start_with(config, "info,gateway::replicas=debug", |command| {
+                command
+                    .env("MCPGW_SECRET_KEY", SECRET_KEY)
+                    .env("XDG_DATA_HOME", data);
+            })
+        })
+        .collect();
+    for gateway in &started {
+        wait_state(gateway, "ok");
+    }
+    started
+}
+
+/// `/healthz`'s `replicas.state` of `gateway`.
+fn state(gateway: &Gateway) -> Option<String> {
+    gateway.health()?["replicas"]["state"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn wait_state(gateway: &Gateway, wanted: &str) {
+    wait_until(
+        &format!("replicas.state {wanted} in /healthz"),
+        Duration::from_secs(20),
+        || state(gateway).as_deref() == Some(wanted),
+    );
+}
+
+/// `n` searches through `gateway` in one session: each step's tool result.
+fn searches(gateway: &Gateway, n: usize) -> Vec<Value> {
+    let step =
+        json!({"op": "call_tool", "name": "search_tools", "arguments": {"query": "anything"}});
+    let report = py_client(
+        &["--url", &gateway.url()],
+        "legacy",
+        Value::Array(vec![step; n]),
+    );
+    report["steps"].as_array().cloned().unwrap_or_default()
+}
+
+fn rate_limited(step: &Value) -> bool {
+    step["isError"] == true && result_text(step).contains("rate limit reached")
+}
+
+/// The admin token a replica wrote into its data directory (`XDG_DATA_HOME`, see
+/// [`replicas`]).
+fn admin_token(gateway: &Gateway) -> String {
+    let path = gateway.log.with_file_name("data/mcpgw/admin-token");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+fn admin(gateway: &Gateway, method: &str, path: &str) -> (u16, Value) {
+    let client = reqwest::blocking::Client::new();
+    let url = format!("http://127.0.0.1:{}{path}", gateway.port);
+    let request = match method {
+        "GET" => client.get(url),
+        _ => client
+            .post(url)
+            .header("content-type", "application/json")
+            .body("{}"),
+    };
+    let response = request
+        .header("x-mcpgw-admin-token", admin_token(gateway))
+        .send()
+        .expect("admin API");
+    let status = response.status().as_u16();
+    (status, response.json().unwrap_or(Value::Null))
+}
+
+fn write_call(path: &Path, content: &str) -> Value {
+    json!({"op": "call_tool", "name": "call_tool", "arguments": {
+        "name": "fs__write_file",
+        "arguments": {"path": path.display().to_string(), "content": content}
+    }})
+}
+
+#[test]
+fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
+    let redis = Redis::start();
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().canonicalize().expect("root");
+    let servers = crate::approvals::filesystem_server("fs", &dir);
+    let group = replicas(&servers, &redis, 2);
+    let (a, b) = (&group[0], &group[1]);
+
+    // Three calls on A, one after the other, each waiting for a human (the client has no
+    // elicitation); each is approved through B's admin API.
+    let files: Vec<_> = ["one", "two", "three"]
+        .iter()
+        .map(|name| dir.join(format!("{name}.txt")))
+        .collect();
+    let caller = {
+        let url = a.url();
+        let script = Value::Array(files.iter().map(|f| write_call(f, "approved")).collect());
+        thread::spawn(move || py_client(&["--url", &url], "legacy", script))
+    };
+    let mut took = Vec::new();
+    for file in &files {
+        let mut id = String::new();
+        wait_until(
+            "a call waiting for approval, seen on B",
+            Duration::from_secs(60),
+            || {
+                let (_, body) = admin(b, "GET", "/admin/v1/approvals");
+                match body["approvals"][0]["id"].as_str() {
+                    Some(found) => {
+                        id = found.to_owned();
+                        true
+                    }
+                    None => false,
+                }
+            },
+        );
+        let (status, body) = admin(b, "POST", &format!("/admin/v1/approvals/{id}/approve"));
+        assert_eq!(status, 200, "{body}");
+        let decided = Instant::now();
+        // The file appears when A runs the tool: woken by B's announcement, not its 300 ms poll.
+        while !file.exists() {
+            assert!(
+                decided.elapsed() < Duration::from_secs(10),
+                "{} never written",
+                file.display()
+            );
+            thread::sleep(Duration::from_millis(2));
+        }
+        took.push(decided.elapsed());
+    }
+    let report = caller.join().expect("caller");
+    for step in report["steps"].as_array().expect("steps") {
+        assert_eq!(step["isError"], false, "{report}");
+    }
+    // Polling alone would average 150 ms and exceed 150 ms about half the time; three in a
+    // row under it by chance is unlikely (about 1 in 8), and the counter says how it was done.
+    assert!(
+        took.iter().all(|t| *t < Duration::from_millis(150)),
+        "each call completed on A this long after B's decision: {took:?}"
+    );
+    let heard = a.health().expect("health")["replicas"]["redis"]["events_received"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(heard >= 3, "A heard {heard} events:\n{}", a.log_text());
+    assert!(
+        a.log_text().contains("another replica decided an approval"),
+        "{}",
+        a.log_text()
+    );
+}
+
+#[test]
+fn a_changed_definition_seen_by_one_replica_is_held_on_the_others_at_once() {
+    let redis = Redis::start();
+    let definition = tempfile::NamedTempFile::new().expect("definition file");
+    std::fs::write(definition.path(), crate::pinning::TRUSTED).expect("write definition");
+    let server = format!(
+        "[[servers]]\nname = \"redef\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}, {:?}] }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
+        venv_bin("python"),
+        repo_root()
+            .join("tests/fixtures/redefinable_server.py")
+            .display()
+            .to_string(),
+        definition.path().display().to_string(),
+    );
+    let group = replicas(&server, &redis, 3);
+    for gateway in &group {
+        assert_eq!(
+            crate::pinning::served_tools(gateway),
+            Some(2),
+            "trusted on first use"
+        );
+    }
+
+    // The definition changes for every replica's child; only A's session is told.
+    std::fs::write(definition.path(), crate::pinning::CHANGED).expect("change definition");
+    let report = py_client(
+        &["--url", &group[0].url()],
+        "legacy",
+        json!([{"op": "call_tool", "name": "call_tool", "arguments": {"name": "redef__announce", "arguments": {}}}]),
+    );
+    assert_eq!(report["steps"][0]["isError"], false, "{report}");
+    let told = Instant::now();
+    for (name, gateway) in ["A", "B", "C"].iter().zip(&group) {
+        // Their own listing comes only every hour (`refresh_s`): this is the announcement.
+        let holds = || {
+            gateway
+                .health()
+                .is_some_and(|health| health["tools"] == 1 && health["servers"][0]["held"] == 1)
+        };
+        while !holds() {
+            assert!(
+                told.elapsed() < Duration::from_secs(10),
+                "replica {name} does not hold the changed echo: {:?}\n{}",
+                gateway.health(),
+                gateway.log_text()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(
+        told.elapsed() < Duration::from_secs(5),
+        "held everywhere after {:?}",
+        told.elapsed()
+    );
+    assert!(
+        group[1]
+            .log_text()
+            .contains("another replica saw a change; listing the server again"),
+        "{}",
+        group[1].log_text()
+    );
+}
+
+#[test]
+fn the_rate_limit_is_shared_by_the_replicas() {
+    let redis = Redis::start();
+    let group = replicas("[limits]\ncalls_per_minute = 3\n", &redis, 2);
+    let (a, b) = (&group[0], &group[1]);
+    let on_a = searches(a, 2);
+    assert!(on_a.iter().all(|s| s["isError"] == false), "{on_a:?}");
+    // One left for the principal (`local`) across both replicas, not three more on B.
+    let on_b = searches(b, 2);
+    assert_eq!(on_b[0]["isError"], false, "{on_b:?}");
+    assert!(rate_limited(&on_b[1]), "{on_b:?}");
+    let again = searches(a, 1);
+    assert!(rate_limited(&again[0]), "{again:?}");
+}
+
+#[test]
+fn with_redis_down_the_replicas_carry_on_alone_and_say_so_until_it_is_back() {
+    let mut redis = Redis::start();
+    let group = replicas("[limits]\ncalls_per_minute = 4\n", &redis, 2);
+    let (a, b) = (&group[0], &group[1]);
+
+    redis.stop();
+    for gateway in &group {
+        wait_state(gateway, "degraded");
+        let response = reqwest::blocking::get(format!("http://127.0.0.1:{}/healthz", gateway.port))
+            .expect("healthz");
+        assert_eq!(response.status(), 200, "degraded is not a failure");
+        let health: Value = response.json().expect("json");
+        assert_eq!(health["replicas"]["redis"]["redis"], "down", "{health}");
+    }
+    assert!(
+        a.log_text().contains("redis is unreachable"),
+        "{}",
+        a.log_text()
+    );
+
+    // Calls go on, each replica counting the limit in its own buckets.
+    let on_a = searches(a, 5);
+    assert!(on_a[..4].iter().all(|s| s["isError"] == false), "{on_a:?}");
+    assert!(rate_limited(&on_a[4]), "{on_a:?}");
+    let on_b = searches(b, 1);
+    assert_eq!(
+        on_b[0]["isError"], false,
+        "B has its own bucket now: {on_b:?}"
+    );
+
+    // Back: shared again (in the restarted, empty Redis).
+    redis.restart();
+    for gateway in &group {
+        wait_state(gateway, "ok");
+    }
+    let on_a = searches(a, 2);
+    let on_b = searches(b, 2);
+    assert!(
+        on_a.iter().chain(&on_b).all(|s| s["isError"] == false),
+        "{on_a:?} {on_b:?}"
+    );
+    let fifth = searches(a, 1);
+    assert!(
+        rate_limited(&fifth[0]),
+        "the shared bucket is empty: {fifth:?}"
+    );
+}
+
+#[test]
+fn several_replicas_without_redis_or_postgres_are_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("mcpgw.toml");
+    std::fs::write(
+        &config,
+        format!("{LOOPBACK_ALLOWLIST}\n[store]\npath = \"mcpgw.db\"\nreplicas = 3\n"),
+    )
+    .expect("write config");
+    let mut child = Command::new(mcpgw())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mcpgw runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("mcpgw serve started with replicas = 3 on SQLite and no Redis");
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().expect("output");
+    let stderr = text(&output.stderr);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("store.redis: `replicas = 3` needs Redis, and no `redis` is set"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("store.url: `replicas = 3` needs PostgreSQL, and the store is SQLite"),
+        "{stderr}"
+    );
+}
