@@ -187,7 +187,7 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
 
     // Three calls on A, one after the other, each waiting for a human (the client has no
     // elicitation); each is approved through B's admin API.
-    let files: Vec<_> = ["one", "two", "three"]
+    let files: Vec<_> = ["one", "two", "three", "four"]
         .iter()
         .map(|name| dir.join(format!("{name}.txt")))
         .collect();
@@ -196,8 +196,7 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
         let script = Value::Array(files.iter().map(|f| write_call(f, "approved")).collect());
         thread::spawn(move || py_client(&["--url", &url], "legacy", script))
     };
-    let mut took = Vec::new();
-    for file in &files {
+    let pending_on_b = || {
         let mut id = String::new();
         wait_until(
             "a call waiting for approval, seen on B",
@@ -213,6 +212,11 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
                 }
             },
         );
+        id
+    };
+    let mut took = Vec::new();
+    for file in &files[..3] {
+        let id = pending_on_b();
         let (status, body) = admin(b, "POST", &format!("/admin/v1/approvals/{id}/approve"));
         assert_eq!(status, 200, "{body}");
         let decided = Instant::now();
@@ -228,6 +232,21 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
         took.push(decided.elapsed());
     }
     eprintln!("completed on A after B's decisions: {took:?}");
+    // The fourth by `mcpgw approvals approve` with B's configuration: announced too.
+    let id = pending_on_b();
+    let approved = Command::new(mcpgw())
+        .args(["approvals", "approve", &id, "--config"])
+        .arg(b.log.with_file_name("mcpgw.toml"))
+        .env("MCPGW_SECRET_KEY", SECRET_KEY)
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcpgw approvals approve");
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    assert!(
+        !text(&approved.stderr).contains("could not announce"),
+        "{}",
+        text(&approved.stderr)
+    );
     let report = caller.join().expect("caller");
     for step in report["steps"].as_array().expect("steps") {
         assert_eq!(step["isError"], false, "{report}");
@@ -245,7 +264,11 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
     let heard = a.health().expect("health")["replicas"]["redis"]["events_received"]
         .as_u64()
         .unwrap_or(0);
-    assert!(heard >= 3, "A heard {heard} events:\n{}", a.log_text());
+    assert!(
+        heard >= 4,
+        "A heard {heard} events (three from B, one from the CLI):\n{}",
+        a.log_text()
+    );
     assert!(
         a.log_text().contains("another replica decided an approval"),
         "{}",
