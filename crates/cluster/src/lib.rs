@@ -13,7 +13,10 @@
 //! - [`Cluster::take_token`]: one call from a shared token bucket (an atomic Lua script on
 //!   Redis's own clock, so the replicas' clocks do not matter).
 //! - [`Cluster::put_auth_state`] / [`Cluster::take_auth_state`]: a pending authorization kept
-//!   under its `state` for [`AUTH_STATE_TTL`] (`SET … EX … NX`), taken once (`GETDEL`).
+//!   under its `state` for [`AUTH_STATE_TTL`] (`SET … EX … NX`), taken once (`GETDEL`). Not
+//!   used by the gateway yet: its pending logins hold rmcp's authorization session in the
+//!   process that started them, and finishing one on another replica needs that session
+//!   rebuilt there (tracker issue 17).
 //!
 //! Invariants:
 //! - Redis is never the only record of anything that must survive: a decision, a pin or a
