@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Redis server the tests run the cluster pieces against (crates/cluster, and the replica
-# tests of crates/cli/tests/it/replicas.rs): a throwaway `redis-server` from Debian's package
+# tests of crates/cli/tests/it/cluster.rs): a throwaway `redis-server` from Debian's package
 # in <peers>/redis/, listening on a free loopback port only, with no persistence (no RDB
 # snapshots, no append-only file: nothing here needs to survive a restart).
 #
