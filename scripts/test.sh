@@ -15,6 +15,9 @@
 #      scripts/test-postgres.sh start   the PostgreSQL the store's tests also run against
 #      (a throwaway cluster in .peers/postgres on a free loopback port, about 1 s; stopped
 #      again when this script exits, unless it was already running)
+#      scripts/test-redis.sh start      the Redis the replica tests share live state through
+#      (a throwaway redis-server in .peers/redis on a free loopback port, no persistence;
+#      stopped again when this script exits, unless it was already running)
 #   2. cargo fmt --all --check
 #   3. cargo clippy --workspace --all-targets -- -D warnings
 #   4. cargo nextest run --workspace --no-fail-fast
@@ -31,7 +34,8 @@
 #   7. architecture invariants (cargo tree): retrieval has no tokio; catalog has
 #      no tokio and no rmcp; config has no rmcp; catalog and retrieval have no candle;
 #      netguard without its client feature has no tokio; upstream has no axum and no
-#      sqlx; store has no rmcp and no axum (normal dependencies); only gateway and cli
+#      sqlx; store has no rmcp and no axum; cluster has no rmcp, axum or sqlx (normal
+#      dependencies); only gateway and cli
 #      name anyhow among their own dependencies.
 #   8. scripts/fuzz.sh 60                       each cargo-fuzz target for 60 s (fuzz/)
 #
@@ -71,11 +75,15 @@ stage() {
   printf '\n==> [test] %s\n' "$STAGE"
 }
 POSTGRES_STARTED=0
+REDIS_STARTED=0
 on_exit() {
   local rc=$?
   [[ -n "$NEXTEST_LOG" ]] && rm -f "$NEXTEST_LOG"
   if [[ $POSTGRES_STARTED == 1 ]]; then
     bash "$REPO/scripts/test-postgres.sh" stop || true
+  fi
+  if [[ $REDIS_STARTED == 1 ]]; then
+    bash "$REPO/scripts/test-redis.sh" stop || true
   fi
   if [[ $rc -ne 0 ]]; then
     printf '\n==> [test] FAILED at stage: %s (exit %d)\n' "${STAGE:-startup}" "$rc" >&2
@@ -161,6 +169,22 @@ if [[ "$pg_out" =~ MCPGW_TEST_POSTGRES_URL=([^[:space:]]+) ]]; then
   echo "    MCPGW_TEST_POSTGRES_URL=$MCPGW_TEST_POSTGRES_URL"
 else
   echo "    FAIL: scripts/test-postgres.sh start printed no URL" >&2
+  exit 1
+fi
+
+# ---- 1d. Redis -----------------------------------------------------------------
+# Like PostgreSQL: started here, the package installed by .ci/run (apt-get install
+# redis-server) or by hand.
+stage "test Redis (scripts/test-redis.sh start)"
+if ! bash "$REPO/scripts/test-redis.sh" status; then
+  REDIS_STARTED=1
+fi
+redis_out="$(bash "$REPO/scripts/test-redis.sh" start)"
+if [[ "$redis_out" =~ MCPGW_TEST_REDIS_URL=([^[:space:]]+) ]]; then
+  export MCPGW_TEST_REDIS_URL="${BASH_REMATCH[1]}"
+  echo "    MCPGW_TEST_REDIS_URL=$MCPGW_TEST_REDIS_URL"
+else
+  echo "    FAIL: scripts/test-redis.sh start printed no URL" >&2
   exit 1
 fi
 
@@ -301,8 +325,12 @@ assert_no_dep mcpgw-upstream axum || invariants_ok=0
 assert_no_dep mcpgw-upstream sqlx || invariants_ok=0
 assert_no_dep mcpgw-store rmcp || invariants_ok=0
 assert_no_dep mcpgw-store axum || invariants_ok=0
+# The replicas' Redis link knows no MCP, no HTTP server and no database.
+assert_no_dep mcpgw-cluster rmcp || invariants_ok=0
+assert_no_dep mcpgw-cluster axum || invariants_ok=0
+assert_no_dep mcpgw-cluster sqlx || invariants_ok=0
 # Libraries return typed errors: anyhow belongs to the two crates at the top, gateway and cli.
-for lib in mcpgw-catalog mcpgw-config mcpgw-embed mcpgw-eval mcpgw-netguard mcpgw-retrieval \
+for lib in mcpgw-catalog mcpgw-cluster mcpgw-config mcpgw-embed mcpgw-eval mcpgw-netguard mcpgw-retrieval \
   mcpgw-store mcpgw-upstream; do
   assert_no_direct_dep "$lib" anyhow || invariants_ok=0
 done

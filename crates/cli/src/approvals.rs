@@ -2,7 +2,8 @@
 //!
 //! The CLI decides as the local operator, an admin: any pending call may be approved or
 //! rejected, once. The waiting call (in a running `mcpgw serve`, possibly another process)
-//! sees the decision within a fraction of a second: it watches the same database.
+//! sees the decision within a fraction of a second: it watches the same database, and with
+//! `[store] redis` the decision is announced to the replicas, which wake the call at once.
 
 use std::{path::Path, time::SystemTime};
 
@@ -94,11 +95,13 @@ pub(crate) async fn approve(
     args: Option<&str>,
 ) -> Result<(), Failure> {
     let arguments = args.map(parse_arguments).transpose()?;
-    let store = open_store(config_path).await?;
+    let config = load_config(config_path)?;
+    let store = open_database(&config, "approvals").await?;
     let decided = store
         .decide_approval(id, store::Verdict::Approve { arguments }, DECIDER)
         .await
         .map_err(decision_failure)?;
+    announce(&config, &decided.id).await;
     println!(
         "approved {} ({}); the call runs with {}",
         decided.id,
@@ -113,16 +116,27 @@ pub(crate) async fn reject(
     id: &str,
     reason: Option<String>,
 ) -> Result<(), Failure> {
-    let store = open_store(config_path).await?;
+    let config = load_config(config_path)?;
+    let store = open_database(&config, "approvals").await?;
     let decided = store
         .decide_approval(id, store::Verdict::Reject { reason }, DECIDER)
         .await
         .map_err(decision_failure)?;
+    announce(&config, &decided.id).await;
     println!(
         "rejected {} ({}); the tool is not run",
         decided.id, decided.tool
     );
     Ok(())
+}
+
+/// Tells the replicas through Redis, when configured; the decision is recorded either way.
+async fn announce(config: &config::Config, id: &str) {
+    if let Err(error) = gateway::announce_approval(&config.store, id).await {
+        eprintln!(
+            "note: could not announce the decision through Redis ({error}); the waiting call sees it at its next look at the database"
+        );
+    }
 }
 
 /// `--args`: a JSON object, never null or another type.

@@ -110,6 +110,9 @@ pub(crate) struct StoreFile {
     pub path: Option<String>,
     pub url: Option<String>,
     pub key_file: Option<String>,
+    pub redis: Option<String>,
+    /// Signed so that `0` or `-1` is a located range problem, not a type error.
+    pub replicas: Option<i64>,
 }
 
 /// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range

@@ -338,7 +338,72 @@ pub struct StoreConfig {
     /// database (created on first use). PostgreSQL: must exist, unless `MCPGW_SECRET_KEY` is
     /// set; it is never created.
     pub key_file: Option<PathBuf>,
+    /// `[store] redis`: what replicas share live (events, rate limits, pending logins).
+    pub redis: Option<RedisUrl>,
+    /// `[store] replicas`: how many `mcpgw serve` processes share this store; more than one
+    /// needs `redis` and PostgreSQL.
+    pub replicas: Replicas,
 }
+
+/// `[store] replicas`: 1 (the default) to [`Replicas::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas(std::num::NonZeroU32);
+
+impl Replicas {
+    pub const MAX: u32 = 1024;
+
+    pub fn new(n: u32) -> Option<Replicas> {
+        std::num::NonZeroU32::new(n)
+            .filter(|n| n.get() <= Self::MAX)
+            .map(Replicas)
+    }
+
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Replicas(std::num::NonZeroU32::MIN)
+    }
+}
+
+/// A Redis URL from `[store] redis`. It may carry a password, so it is kept as a secret and its
+/// `Debug` shows the password as `***`.
+#[derive(Clone)]
+pub struct RedisUrl(secrecy::SecretString);
+
+impl RedisUrl {
+    /// The URL itself, password included: for the Redis client only.
+    pub fn expose(&self) -> &str {
+        secrecy::ExposeSecret::expose_secret(&self.0)
+    }
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = match url::Url::parse(self.expose()) {
+            Ok(mut url) => {
+                if url.password().is_some() {
+                    let _ = url.set_password(Some("***"));
+                }
+                url.set_query(None);
+                url.to_string()
+            }
+            Err(_) => "(unreadable URL)".to_owned(),
+        };
+        write!(f, "RedisUrl({shown})")
+    }
+}
+
+impl PartialEq for RedisUrl {
+    fn eq(&self, other: &RedisUrl) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for RedisUrl {}
 
 /// A PostgreSQL connection URL from `[store] url`. It may carry a password, so it is kept as a
 /// secret and its `Debug` shows the password as `***`.

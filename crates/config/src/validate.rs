@@ -20,8 +20,8 @@ use crate::value::looks_secret;
 use crate::{
     AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
     DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth, HttpTransport, NetworkConfig,
-    OAuthConfig, PostgresUrl, Problem, RemoteEmbedderConfig, RetrievalConfig, ServerConfig,
-    ServerName, StdioTransport, StoreConfig, Transport, Value,
+    OAuthConfig, PostgresUrl, Problem, RedisUrl, RemoteEmbedderConfig, Replicas, RetrievalConfig,
+    ServerConfig, ServerName, StdioTransport, StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -370,7 +370,111 @@ impl Validator {
         }
     }
 
-    fn store(&mut self, file: StoreFile) -> StoreConfig {
+    fn store(&mut self, mut file: StoreFile) -> StoreConfig {
+        let redis = file.redis.take();
+        let replicas = file.replicas.take();
+        let mut config = self.store_location(file);
+        config.redis = redis.and_then(|url| self.redis_url(&url));
+        config.replicas = self.replicas(replicas);
+        self.check_replicas(&config);
+        config
+    }
+
+    /// `[store] replicas`: 1 to [`Replicas::MAX`].
+    fn replicas(&mut self, replicas: Option<i64>) -> Replicas {
+        match replicas {
+            None => Replicas::default(),
+            Some(n) => match u32::try_from(n).ok().and_then(Replicas::new) {
+                Some(replicas) => replicas,
+                None => {
+                    self.problems.push(
+                        Problem::new(
+                            "store.replicas",
+                            format!("{n} is out of range (1 to {})", Replicas::MAX),
+                        )
+                        .hint("the number of `mcpgw serve` processes sharing this store; 1 when it runs alone"),
+                    );
+                    Replicas::default()
+                }
+            },
+        }
+    }
+
+    /// Several replicas share live state through Redis and their records through PostgreSQL:
+    /// refused without either, rather than each replica quietly keeping its own.
+    fn check_replicas(&mut self, config: &StoreConfig) {
+        let replicas = config.replicas.get();
+        if replicas < 2 {
+            return;
+        }
+        if config.redis.is_none() {
+            self.problems.push(
+                Problem::new(
+                    "store.redis",
+                    format!("`replicas = {replicas}` needs Redis, and no `redis` is set"),
+                )
+                .hint(
+                    "set `redis = \"redis://HOST:6379/\"`: replicas share approval decisions, \
+                     catalog changes and rate limits through it (or set `replicas = 1`)",
+                ),
+            );
+        }
+        if config.postgres.is_none() {
+            self.problems.push(
+                Problem::new(
+                    "store.url",
+                    format!("`replicas = {replicas}` needs PostgreSQL, and the store is SQLite"),
+                )
+                .hint(
+                    "set `url = \"postgres://USER@HOST/DATABASE\"` (move an existing database \
+                     with `mcpgw store copy`): a SQLite file cannot be shared by replicas",
+                ),
+            );
+        }
+    }
+
+    /// `[store] redis`: `redis://[USER:PASSWORD@]HOST[:PORT][/DB]`. Problems never quote the
+    /// URL, which may hold a password.
+    fn redis_url(&mut self, url: &str) -> Option<RedisUrl> {
+        let url = url.trim();
+        let problem = |message: &str| {
+            Problem::new("store.redis", message.to_owned())
+                .hint("use redis://HOST[:PORT][/DB], with `:PASSWORD@` before the host if Redis asks for one")
+        };
+        if url.starts_with("rediss://") {
+            self.problems.push(problem(
+                "TLS to Redis (rediss://) is not supported yet; reach Redis on a private network or through a TLS tunnel",
+            ));
+            return None;
+        }
+        if !url.starts_with("redis://") {
+            self.problems.push(problem("not a Redis URL"));
+            return None;
+        }
+        match url::Url::parse(url) {
+            Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => {
+                let db = parsed.path().trim_start_matches('/');
+                if !db.is_empty() && db.parse::<u16>().is_err() {
+                    self.problems
+                        .push(problem("the path of a Redis URL is a database number"));
+                    return None;
+                }
+                Some(RedisUrl(secrecy::SecretString::from(url)))
+            }
+            Ok(_) => {
+                self.problems.push(problem("the Redis URL names no host"));
+                None
+            }
+            Err(error) => {
+                self.problems
+                    .push(problem(&format!("not a valid Redis URL ({error})")));
+                None
+            }
+        }
+    }
+
+    /// `[store] path` / `url` / `key_file`: where the database is.
+    fn store_location(&mut self, file: StoreFile) -> StoreConfig {
         let mut config = StoreConfig {
             key_file: match file.key_file {
                 Some(path) if path.trim().is_empty() => {
@@ -1520,11 +1624,59 @@ strategy = "bm25"
     }
 
     #[test]
+    fn several_replicas_need_redis_and_postgres() {
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw@db.internal/mcpgw)), key_file: None, redis: Some(RedisUrl(redis://:***@cache.internal:6379/2)), replicas: Replicas(3) }"].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://mcpgw@db.internal/mcpgw\"\nredis = \"redis://:hunter2@cache.internal:6379/2\"\nreplicas = 3\n",
+        ));
+        // One replica, the default, needs neither.
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/mcpgw.db"), postgres: None, key_file: None, redis: None, replicas: Replicas(1) }"#]].assert_eq(&store_summary(
+            "[store]\npath = \"mcpgw.db\"\nreplicas = 1\n",
+        ));
+        expect![[r#"
+            invalid configuration (2 problems):
+              1:2: store.redis: `replicas = 3` needs Redis, and no `redis` is set (hint: set `redis = "redis://HOST:6379/"`: replicas share approval decisions, catalog changes and rate limits through it (or set `replicas = 1`))
+              1:2: store.url: `replicas = 3` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
+            "[store]\nreplicas = 3\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              1:2: store.url: `replicas = 2` needs PostgreSQL, and the store is SQLite (hint: set `url = "postgres://USER@HOST/DATABASE"` (move an existing database with `mcpgw store copy`): a SQLite file cannot be shared by replicas)"#]].assert_eq(&store_summary(
+            "[store]\nredis = \"redis://127.0.0.1/\"\nreplicas = 2\n",
+        ));
+        expect![[r#"
+            invalid configuration (1 problem):
+              3:1: store.replicas: 0 is out of range (1 to 1024) (hint: the number of `mcpgw serve` processes sharing this store; 1 when it runs alone)"#]].assert_eq(&store_summary(
+            "[store]\nurl = \"postgres://db/mcpgw\"\nreplicas = 0\n",
+        ));
+    }
+
+    #[test]
+    fn a_redis_url_is_checked_and_never_shown() {
+        for (url, why) in [
+            (
+                "rediss://:hunter2@cache/",
+                "TLS to Redis (rediss://) is not supported yet",
+            ),
+            ("http://:hunter2@cache/", "not a Redis URL"),
+            (
+                "redis://:hunter2@cache/zero",
+                "the path of a Redis URL is a database number",
+            ),
+            ("redis://:hunter2@:6379/", "not a valid Redis URL"),
+        ] {
+            let summary = store_summary(&format!("[store]\nredis = {url:?}\n"));
+            assert!(summary.contains("store.redis: "), "{url}: {summary}");
+            assert!(summary.contains(why), "{url}: {summary}");
+            assert!(!summary.contains("hunter2"), "{url}: {summary}");
+        }
+    }
+
+    #[test]
     fn store_urls_resolve_and_never_show_a_password() {
-        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key") }"#]].assert_eq(&store_summary(
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key"), redis: None, replicas: Replicas(1) }"#]].assert_eq(&store_summary(
             "[store]\nurl = \"sqlite://state/mcpgw.db\"\nkey_file = \"keys/secret.key\"\n",
         ));
-        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None }"].assert_eq(&store_summary(
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None, redis: None, replicas: Replicas(1) }"].assert_eq(&store_summary(
             "[store]\nurl = \"postgres://mcpgw:hunter2@db.internal:5432/mcpgw?sslmode=require&password=hunter2\"\n",
         ));
         expect![[r#"

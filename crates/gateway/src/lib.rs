@@ -30,6 +30,7 @@ mod principal;
 pub mod probe;
 pub mod records;
 mod reload;
+mod replicas;
 mod search;
 mod semantic;
 mod sync;
@@ -64,6 +65,7 @@ use policy::{approval, limits, pinning};
 pub use principal::Principal;
 pub use probe::{ServerTest, test_server};
 pub use reload::{RESTART_ONLY, ReloadError, ReloadReport, ReloadStatus};
+pub use replicas::{ReplicasHealth, announce_approval};
 pub use search::{Found, FoundTool, Search};
 pub use semantic::Semantic;
 use telemetry::RequestSpan;
@@ -120,6 +122,8 @@ pub struct Gateway {
     profile_sets: access::ProfileSets,
     /// Calls in this process waiting for an approval decision.
     approval_waiters: approval::Waiters,
+    /// The other replicas, through Redis (`[store] redis`); `None` alone.
+    cluster: Option<cluster::Cluster>,
     /// Connected clients to tell about list changes.
     listeners: changes::Listeners,
     /// Upstream calls waiting for a 2026-07-28 client's answer to what the upstream asked.
@@ -153,6 +157,7 @@ impl Gateway {
         let upstreams = Upstreams::new(&config, &network, changes_tx, oauth);
         let (listeners, announcements) = changes::Listeners::new();
         let audit_log = audit::AuditLog::new(store.clone());
+        let cluster = replicas::connect(&config.store);
         let gateway = Arc::new(Self {
             config: RwLock::new(Arc::new(config)),
             reloads: reload::Reloads::default(),
@@ -172,6 +177,7 @@ impl Gateway {
             audit_log,
             profile_sets: access::ProfileSets::default(),
             approval_waiters: approval::Waiters::default(),
+            cluster,
             listeners,
             parked: relay::Parked::default(),
             first_search_waited: std::sync::atomic::AtomicBool::new(false),
@@ -182,6 +188,9 @@ impl Gateway {
         // Hold only a weak reference: the listener ends when the gateway is dropped.
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
         tokio::spawn(changes::deliver(Arc::downgrade(&gateway), announcements));
+        if let Some(cluster) = &gateway.cluster {
+            tokio::spawn(replicas::listen(Arc::downgrade(&gateway), cluster.events()));
+        }
         tokio::spawn(changes::deliver_updates(
             Arc::downgrade(&gateway),
             gateway.upstreams.resource_updates(),
@@ -540,6 +549,7 @@ impl Gateway {
             catalog_tools: self.catalog().tools().len(),
             held_tools: self.held_tools().len(),
             approvals_pending,
+            redis_up: self.cluster.as_ref().is_some_and(cluster::Cluster::is_up),
             audit_written: audit.written,
             audit_dropped: audit.dropped,
             audit_failed: audit.failed,
@@ -886,6 +896,8 @@ async fn watch_changes(
                 tokio::spawn(async move {
                     if server.refresh_tools().await.is_ok() {
                         gateway.refresh_catalog().await;
+                        // The server told this replica only: the others list it again.
+                        gateway.tell_replicas(cluster::Event::Server { name });
                     }
                 });
             }

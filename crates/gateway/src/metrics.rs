@@ -10,8 +10,9 @@
 //!   strategy that answered, with its time), sessions opened and closed, the embedding cache's
 //!   hits and misses per tool text and the texts waiting to be embedded.
 //! - **State**, read when scraped: each upstream's state, the catalog's and the held tools'
-//!   sizes, the approvals pending, the audit log's written, dropped and failed rows, and the
-//!   OAuth token refreshes by outcome (counted in `upstream::oauth`, where they happen).
+//!   sizes, the approvals pending, the audit log's written, dropped and failed rows, the
+//!   OAuth token refreshes by outcome (counted in `upstream::oauth`, where they happen), and
+//!   whether the replicas' Redis is up.
 //!
 //! Invariants: no label value comes from a client's input unchecked. A call's `tool` label is
 //! its qualified name only when the catalog lists it (else `unlisted`), servers are the
@@ -78,6 +79,8 @@ pub struct Snapshot {
     pub catalog_tools: usize,
     pub held_tools: usize,
     pub approvals_pending: usize,
+    /// Whether Redis (`[store] redis`) answers and the replicas' events are heard.
+    pub redis_up: bool,
     pub audit_written: u64,
     pub audit_dropped: u64,
     pub audit_failed: u64,
@@ -125,6 +128,7 @@ struct StateSeries {
     catalog_tools: Gauge,
     held_tools: Gauge,
     approvals_pending: Gauge,
+    redis_up: Gauge,
     audit_queued: Gauge,
     audit_written: Counter,
     audit_dropped: Counter,
@@ -163,6 +167,11 @@ impl StateSeries {
                 registry,
                 "approvals_pending",
                 "Tool calls waiting for a human decision",
+            ),
+            redis_up: gauge(
+                registry,
+                "redis_up",
+                "1 when the replicas' Redis answers and its events are heard, else 0 (also 0 without Redis)",
             ),
             audit_queued: gauge(
                 registry,
@@ -420,6 +429,7 @@ impl Metrics {
         }
         self.state.catalog_tools.set(gauge_value(now.catalog_tools));
         self.state.held_tools.set(gauge_value(now.held_tools));
+        self.state.redis_up.set(i64::from(now.redis_up));
         self.state
             .approvals_pending
             .set(gauge_value(now.approvals_pending));

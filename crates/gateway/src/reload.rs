@@ -131,6 +131,10 @@ impl Gateway {
             server.mark_started();
             if ready {
                 self.publish_lexical().await;
+                // Replicas with this server list it again: its definitions may have changed.
+                self.tell_replicas(cluster::Event::Server {
+                    name: server.name().clone(),
+                });
             }
         }))
         .await;

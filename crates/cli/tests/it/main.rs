@@ -12,6 +12,7 @@ mod cli;
 mod client_config;
 mod client_keys;
 mod clients;
+mod cluster;
 mod config_check;
 mod connections;
 mod console;

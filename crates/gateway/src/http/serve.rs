@@ -435,5 +435,6 @@ fn health(gateway: &Gateway) -> serde_json::Value {
         "servers": servers,
         "audit": gateway.audit_health(),
         "reload": gateway.reload_status(),
+        "replicas": gateway.replicas_health(),
     })
 }

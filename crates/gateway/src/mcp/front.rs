@@ -269,7 +269,7 @@ impl ServerHandler for Front {
         let search = access.exposure() == config::Exposure::Search;
         let invocation = Invocation::parse(&request.name, request.arguments.take(), search);
         let trace = RequestSpan::of(&context.extensions);
-        if let Some(refused) = call::limit(&self.gateway, &access.principal, &invocation) {
+        if let Some(refused) = call::limit(&self.gateway, &access.principal, &invocation).await {
             if let Some(trace) = &trace {
                 trace.decision(&CallDecision::RateLimited);
             }

@@ -35,8 +35,9 @@ pub(crate) const APPROVAL_INPUT: &str = "mcpgw_approval";
 
 const STATE_PREFIX: &str = "mcpgw-approval:";
 
-/// How often a waiting call looks for a decision made by another process (the CLI, another
-/// replica). Decisions made in this process wake it at once.
+/// How often a waiting call looks for a decision made by another process (the CLI; another
+/// replica when Redis is down or not configured). Decisions made in this process, or announced
+/// by another replica through Redis (`replicas`), wake it at once.
 const POLL: Duration = Duration::from_millis(300);
 
 /// Wakes the calls waiting in this process when a decision is recorded here.
@@ -44,6 +45,7 @@ const POLL: Duration = Duration::from_millis(300);
 pub(crate) struct Waiters(tokio::sync::Notify);
 
 impl Waiters {
+    /// Wakes every waiting call of this process, each to read its approval again.
     pub(crate) fn wake(&self) {
         self.0.notify_waiters();
     }
@@ -206,6 +208,9 @@ impl Gateway {
             "approval decided"
         );
         self.approval_waiters.wake();
+        // The decision is in the database already: the event only wakes the replica holding
+        // the call at once, rather than at its next poll.
+        self.tell_replicas(cluster::Event::Approval { id: id.to_owned() });
         Ok(decided)
     }
 

@@ -1,9 +1,13 @@
-//! Calls per minute per principal: a token bucket each, in memory.
+//! Calls per minute per principal: a token bucket each, shared by the replicas in Redis, else
+//! in memory.
 //!
 //! A principal allowed N calls a minute has a bucket of N tokens (the burst) that refills at
 //! N a minute; a call takes one, and a call that finds less than one is refused with the time
-//! until one is back. Buckets live in this process only: a restart forgets them, and replicas
-//! each count their own (a shared limit would need the database on every call).
+//! until one is back. With `[store] redis` the bucket is in Redis (`cluster::Cluster::
+//! take_token`, one atomic script), so N a minute holds across every replica. Without Redis,
+//! or while it is unreachable, each process counts in its own buckets here: a restart forgets
+//! them, and replicas each count their own (a principal may then make N calls a minute on each
+//! replica).
 //!
 //! Memory stays bounded by the principals active within the last minute or so: a bucket that
 //! would have refilled completely is the same as no bucket, so such buckets are dropped on a
@@ -121,7 +125,7 @@ impl Gateway {
     /// Counts one tool call of `principal` against its calls-per-minute limit: its profile's
     /// `calls_per_minute`, else `[limits] calls_per_minute`. `Err` holds how long until a call
     /// would be allowed; without a limit every call is `Ok`.
-    pub fn check_rate(&self, principal: &Principal) -> Result<(), Duration> {
+    pub async fn check_rate(&self, principal: &Principal) -> Result<(), Duration> {
         let config = self.config();
         let policy = &config.policy;
         let per_minute = principal
@@ -129,7 +133,21 @@ impl Gateway {
             .and_then(|profile| profile.calls_per_minute)
             .or(policy.limits.calls_per_minute);
         match per_minute {
-            Some(per_minute) => self.rate_limiter.check(&principal.id(), per_minute),
+            Some(0) => self.rate_limiter.check(&principal.id(), 0),
+            Some(per_minute) => {
+                let id = principal.id();
+                if let Some(cluster) = &self.cluster {
+                    match cluster.take_token(&id, per_minute).await {
+                        Ok(taken) => return taken,
+                        // Down is logged by the cluster once, when it goes down.
+                        Err(cluster::ClusterError::Down) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "shared rate limit unavailable; counting in this replica");
+                        }
+                    }
+                }
+                self.rate_limiter.check(&id, per_minute)
+            }
             None => Ok(()),
         }
     }

@@ -348,7 +348,12 @@ pub(crate) async fn check(gateway: &Gateway, lists: Vec<ServerTools>) -> Vec<Ser
     {
         tracing::warn!(%error, "cannot drop held changes of tools that changed back");
     }
-    let held = record_held(store, &hold).await;
+    let (held, newly_held) = record_held(store, &hold).await;
+    // The other replicas list these servers again at once, so they hold the change too
+    // rather than serve the trusted definition's replacement until their next listing.
+    for server in newly_held {
+        gateway.tell_replicas(cluster::Event::Server { name: server });
+    }
     let out = without(&lists, &hold.iter().map(|t| t.index).collect());
     pins.set_held(held);
     out
@@ -468,11 +473,16 @@ async fn record_trusted(store: &store::Store, trust: &[&Looked<'_>]) {
     }
 }
 
-/// Records the held changes and describes each for [`Gateway::held_tools`].
-async fn record_held(store: &store::Store, hold: &[&Looked<'_>]) -> Vec<HeldTool> {
+/// Records the held changes and describes each for [`Gateway::held_tools`]; also returns the
+/// servers with a change this call was first to hold.
+async fn record_held(
+    store: &store::Store,
+    hold: &[&Looked<'_>],
+) -> (Vec<HeldTool>, Vec<ids::ServerName>) {
     let mut held = Vec::with_capacity(hold.len());
+    let mut newly_held: Vec<ids::ServerName> = Vec::new();
     if hold.is_empty() {
-        return held;
+        return (held, newly_held);
     }
     let seen: Vec<SeenTool> = hold.iter().map(|t| t.seen()).collect();
     let recorded = store.hold_pins(&seen).await.unwrap_or_else(|error| {
@@ -481,6 +491,9 @@ async fn record_held(store: &store::Store, hold: &[&Looked<'_>]) -> Vec<HeldTool
     });
     for (tool, recorded) in hold.iter().zip(recorded) {
         if recorded {
+            if !newly_held.iter().any(|server| server == tool.server) {
+                newly_held.push(tool.server.into());
+            }
             tracing::warn!(
                 tool = %tool.qualified,
                 server = tool.server,
@@ -504,7 +517,7 @@ async fn record_held(store: &store::Store, hold: &[&Looked<'_>]) -> Vec<HeldTool
             since,
         });
     }
-    held
+    (held, newly_held)
 }
 
 /// When the pins cannot be read: each server's tools that the current catalog already serves

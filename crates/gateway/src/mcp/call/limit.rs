@@ -8,12 +8,12 @@ use super::{Invocation, server_of};
 use crate::{Gateway, audit::AuditRecord, audit::CallDecision, mcp::result, principal::Principal};
 
 /// `Some(answer)` when `principal` is over its limit: the tool error saying when to retry.
-pub(crate) fn limit(
+pub(crate) async fn limit(
     gateway: &Gateway,
     principal: &Principal,
     invocation: &Invocation,
 ) -> Option<CallToolResult> {
-    let retry_after = gateway.check_rate(principal).err()?;
+    let retry_after = gateway.check_rate(principal).await.err()?;
     let tool = invocation.tool();
     tracing::info!(%principal, tool = tool.map(|t| t.name.as_str()), "rate limited");
     if let Some(tool) = tool {
@@ -47,12 +47,14 @@ mod tests {
     async fn the_call_over_the_limit_is_refused_and_recorded() {
         let (gateway, store) = gateway("[limits]\ncalls_per_minute = 2\n").await;
         let me = Principal::Local;
-        assert!(limit(&gateway, &me, &call("search_tools")).is_none());
-        assert!(limit(&gateway, &me, &call("time__now")).is_none());
-        let refused = limit(&gateway, &me, &call("time__now")).expect("over the limit");
+        assert!(limit(&gateway, &me, &call("search_tools")).await.is_none());
+        assert!(limit(&gateway, &me, &call("time__now")).await.is_none());
+        let refused = limit(&gateway, &me, &call("time__now"))
+            .await
+            .expect("over the limit");
         assert_eq!(refused.is_error, Some(true));
         // A refused meta-tool call counts and is refused, but names no tool to record.
-        assert!(limit(&gateway, &me, &call("search_tools")).is_some());
+        assert!(limit(&gateway, &me, &call("search_tools")).await.is_some());
         gateway.audit_written().await;
         let rows = store
             .audit_entries(&store::AuditQuery {
@@ -71,7 +73,11 @@ mod tests {
     async fn without_a_limit_nothing_is_refused() {
         let (gateway, _) = gateway("").await;
         for _ in 0..1000 {
-            assert!(limit(&gateway, &Principal::Local, &call("time__now")).is_none());
+            assert!(
+                limit(&gateway, &Principal::Local, &call("time__now"))
+                    .await
+                    .is_none()
+            );
         }
     }
 }
