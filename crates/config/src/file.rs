@@ -110,6 +110,7 @@ pub(crate) struct StoreFile {
     pub path: Option<String>,
     pub url: Option<String>,
     pub key_file: Option<String>,
+    pub replica: Option<String>,
 }
 
 /// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range

@@ -383,6 +383,20 @@ impl Validator {
                 Some(path) => Some(self.base_dir.join(path)),
                 None => None,
             },
+            replica: match file.replica {
+                Some(name) => match crate::replica_name_problem(name.trim()) {
+                    Some(problem) => {
+                        self.problems.push(
+                            Problem::new("store.replica", problem).hint(
+                                "a short name such as \"gw-1\"; leave it out for the host name",
+                            ),
+                        );
+                        None
+                    }
+                    None => Some(name.trim().to_owned()),
+                },
+                None => None,
+            },
             ..StoreConfig::default()
         };
         let path = match (file.path, file.url) {
@@ -1520,11 +1534,23 @@ strategy = "bm25"
     }
 
     #[test]
+    fn store_replica_names_are_checked() {
+        expect![[
+            r#"StoreConfig { path: None, postgres: None, key_file: None, replica: Some("gw-1") }"#
+        ]]
+        .assert_eq(&store_summary("[store]\nreplica = \" gw-1 \"\n"));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.replica: replica name may hold only ASCII letters, digits, '.', '_' and '-' (hint: a short name such as "gw-1"; leave it out for the host name)"#]]
+        .assert_eq(&store_summary("[store]\nreplica = \"gw 1\"\n"));
+    }
+
+    #[test]
     fn store_urls_resolve_and_never_show_a_password() {
-        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key") }"#]].assert_eq(&store_summary(
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key"), replica: None }"#]].assert_eq(&store_summary(
             "[store]\nurl = \"sqlite://state/mcpgw.db\"\nkey_file = \"keys/secret.key\"\n",
         ));
-        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None }"].assert_eq(&store_summary(
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None, replica: None }"].assert_eq(&store_summary(
             "[store]\nurl = \"postgres://mcpgw:hunter2@db.internal:5432/mcpgw?sslmode=require&password=hunter2\"\n",
         ));
         expect![[r#"

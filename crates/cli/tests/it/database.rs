@@ -15,7 +15,7 @@ use crate::harness::{mcpgw, repo_root, text};
 const PASSWORD: &str = "hunter2-not-shown";
 
 /// A fresh schema in the test PostgreSQL, and the URL of it (with [`PASSWORD`] in it).
-fn postgres_schema() -> String {
+pub(crate) fn postgres_schema() -> String {
     let base = match std::env::var("MCPGW_TEST_POSTGRES_URL") {
         Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
         _ => {
