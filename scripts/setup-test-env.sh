@@ -32,6 +32,8 @@ PY_PEERS=(
   "protobuf==7.36.2"
   # Checks /admin/v1/openapi.json against the OpenAPI 3.1 schema: crates/cli/tests/it/openapi.rs.
   "openapi-spec-validator==0.9.0"
+  # Checks deploy/kubernetes/*.yaml against Kubernetes' schemas, offline: crates/cli/tests/it/deploy.rs.
+  "kubernetes-validate==1.37.0"
 )
 # -----------------------------------------------------------------------------
 

@@ -184,7 +184,9 @@ pub(crate) fn tools_cost(view: &overview::ToolsView) -> String {
 /// `serverInfo`, with its tools held for approval.
 pub(crate) fn servers_table(servers: &[overview::ServerRow]) -> Table {
     let mut table = table();
-    table.set_header(["server", "state", "era", "protocol", "tools", "detail"]);
+    table.set_header([
+        "server", "state", "era", "protocol", "tools", "replica", "detail",
+    ]);
     for server in servers {
         let mut detail = match &server.reason {
             Some(reason) => reason.clone(),
@@ -210,6 +212,7 @@ pub(crate) fn servers_table(servers: &[overview::ServerRow]) -> Table {
             server.era.clone().unwrap_or_default(),
             server.protocol_version.clone().unwrap_or_default(),
             server.tool_count.map(|n| n.to_string()).unwrap_or_default(),
+            server.replica.clone(),
             detail,
         ]);
     }

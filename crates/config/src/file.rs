@@ -113,6 +113,7 @@ pub(crate) struct StoreFile {
     pub redis: Option<String>,
     /// Signed so that `0` or `-1` is a located range problem, not a type error.
     pub replicas: Option<i64>,
+    pub replica: Option<String>,
 }
 
 /// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range

@@ -343,6 +343,41 @@ pub struct StoreConfig {
     /// `[store] replicas`: how many `mcpgw serve` processes share this store; more than one
     /// needs `redis` and PostgreSQL.
     pub replicas: Replicas,
+    /// `[store] replica`: this process's name among the replicas sharing the store, shown by
+    /// `servers list` and the admin API. `None`: the host name ([`StoreConfig::replica_name`]).
+    pub replica: Option<String>,
+}
+
+impl StoreConfig {
+    /// This replica's name: `[store] replica`, else the host name, else `mcpgw`.
+    pub fn replica_name(&self) -> String {
+        if let Some(name) = &self.replica {
+            return name.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| !name.is_empty() && replica_name_problem(name).is_none());
+        host.unwrap_or_else(|| "mcpgw".to_owned())
+    }
+}
+
+/// Why `name` cannot name a replica (it goes into an HTTP header and a table column): empty,
+/// longer than 63 bytes, or other than ASCII letters, digits, `.`, `_` and `-`.
+pub fn replica_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("replica name is empty")
+    } else if name.len() > 63 {
+        Some("replica name is longer than 63 characters")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Some("replica name may hold only ASCII letters, digits, '.', '_' and '-'")
+    } else {
+        None
+    }
 }
 
 /// `[store] replicas`: 1 (the default) to [`Replicas::MAX`].

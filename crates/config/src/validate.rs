@@ -487,6 +487,20 @@ impl Validator {
                 Some(path) => Some(self.base_dir.join(path)),
                 None => None,
             },
+            replica: match file.replica {
+                Some(name) => match crate::replica_name_problem(name.trim()) {
+                    Some(problem) => {
+                        self.problems.push(
+                            Problem::new("store.replica", problem).hint(
+                                "a short name such as \"gw-1\"; leave it out for the host name",
+                            ),
+                        );
+                        None
+                    }
+                    None => Some(name.trim().to_owned()),
+                },
+                None => None,
+            },
             ..StoreConfig::default()
         };
         let path = match (file.path, file.url) {
@@ -1669,6 +1683,18 @@ strategy = "bm25"
             assert!(summary.contains(why), "{url}: {summary}");
             assert!(!summary.contains("hunter2"), "{url}: {summary}");
         }
+    }
+
+    #[test]
+    fn store_replica_names_are_checked() {
+        expect![[
+            r#"StoreConfig { path: None, postgres: None, key_file: None, replica: Some("gw-1") }"#
+        ]]
+        .assert_eq(&store_summary("[store]\nreplica = \" gw-1 \"\n"));
+        expect![[r#"
+            invalid configuration (1 problem):
+              2:1: store.replica: replica name may hold only ASCII letters, digits, '.', '_' and '-' (hint: a short name such as "gw-1"; leave it out for the host name)"#]]
+        .assert_eq(&store_summary("[store]\nreplica = \"gw 1\"\n"));
     }
 
     #[test]

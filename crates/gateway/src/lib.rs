@@ -519,6 +519,12 @@ impl Gateway {
         &self.network
     }
 
+    /// This replica's name among those sharing the store: `[store] replica`, else the host
+    /// name.
+    pub fn replica(&self) -> String {
+        self.config().store.replica_name()
+    }
+
     /// The database, when it could be opened.
     pub fn store(&self) -> Option<&store::Store> {
         self.store.as_ref()

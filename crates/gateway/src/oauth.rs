@@ -232,10 +232,11 @@ impl OAuthStore for StoreOAuth {
         &self,
         server: &str,
     ) -> Result<Option<CredentialRefreshGuard>, OAuthError> {
-        // NUL cannot occur in a server name or principal: the key is unambiguous.
-        let key = format!("{server}\0{}", self.principal.as_str());
+        // U+001F cannot occur in a server name or principal: the key is unambiguous. (Not NUL:
+        // PostgreSQL refuses NUL in text, and the lease is a row there.)
+        let key = format!("{server}\u{1f}{}", self.principal.as_str());
         let local = REFRESH_LOCKS.acquire(&key).await;
-        let lease = RefreshLease::take(&self.store, format!("oauth-refresh\0{key}")).await?;
+        let lease = RefreshLease::take(&self.store, format!("oauth-refresh\u{1f}{key}")).await?;
         Ok(Some(CredentialRefreshGuard::new((local, lease))))
     }
 }
@@ -256,9 +257,17 @@ struct RefreshLease {
 impl RefreshLease {
     async fn take(store: &Store, key: String) -> Result<Self, OAuthError> {
         static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        // The process id alone is not unique across machines (every container's first
+        // process is pid 1): the time this process first took a lease goes with it.
+        static PROCESS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let process = PROCESS.get_or_init(|| {
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            format!("{}-{started}", std::process::id())
+        });
         let holder = format!(
-            "{}:{}",
-            std::process::id(),
+            "{process}:{}",
             TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         let deadline = tokio::time::Instant::now() + REFRESH_LEASE_WAIT;
@@ -666,7 +675,7 @@ mod tests {
         // `refresh_guard` serialises first; across processes only the lease can.
         let gateway = Store::open(&path).await.expect("store");
         let cli = Store::open(&path).await.expect("store");
-        let key = || "oauth-refresh\0docs\0local".to_owned();
+        let key = || "oauth-refresh\u{1f}docs\u{1f}local".to_owned();
         let lease = RefreshLease::take(&gateway, key()).await.expect("lease");
         let quick = Duration::from_millis(500);
         assert!(
@@ -678,7 +687,7 @@ mod tests {
         assert!(
             tokio::time::timeout(
                 quick,
-                RefreshLease::take(&cli, "oauth-refresh\0wiki\0local".into())
+                RefreshLease::take(&cli, "oauth-refresh\u{1f}wiki\u{1f}local".into())
             )
             .await
             .is_ok(),

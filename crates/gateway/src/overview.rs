@@ -42,6 +42,10 @@ pub struct ServerRow {
     pub held: usize,
     pub transport: TransportRow,
     pub credential: CredentialRow,
+    /// The replica that answered (`[store] replica`, else its host name): with several
+    /// replicas, each runs its own connection (and stdio child) per server.
+    #[serde(default)]
+    pub replica: String,
 }
 
 impl ServerRow {
@@ -305,6 +309,7 @@ async fn server_row(gateway: &Gateway, server: &config::ServerConfig, held: usiz
         held,
         transport: transport_row(&server.transport),
         credential: credential_row(gateway, server).await,
+        replica: gateway.replica(),
     }
 }
 

@@ -50,6 +50,7 @@ mod oauth;
 mod pins;
 mod schema;
 mod secrets;
+mod sessions;
 #[cfg(test)]
 mod testing;
 pub mod time;

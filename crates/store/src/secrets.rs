@@ -322,6 +322,17 @@ impl Secrets {
         }
     }
 
+    /// Seals raw bytes for `row` (values that are not stored, such as session state).
+    pub fn seal_bytes(&self, row: &Row<'_>, plaintext: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.key()?.seal(row, plaintext)
+    }
+
+    /// Opens bytes sealed by [`Secrets::seal_bytes`]; `None` when they do not open, never
+    /// reported (the caller decides). Only a key that cannot be loaded is an error.
+    pub fn open_bytes(&self, row: &Row<'_>, sealed: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.key()?.open(row, sealed).map(|plain| plain.to_vec()))
+    }
+
     /// Forgets that `row` was reported (it was deleted).
     pub fn forget(&self, row: &Row<'_>) {
         self.reported

@@ -51,7 +51,7 @@ fn transcript(label: &str, output: &Output) -> String {
 /// `mcpgw auth login` as a user would run it, with the test as the browser: the sign-in URL
 /// is read from its stderr and fetched as `user`, following the authorization server's
 /// redirect to mcpgw's callback. Returns the command's output and the page the browser got.
-fn login(config: &ConfigDir, user: &str, port: Option<u16>) -> (Output, String) {
+pub(crate) fn login(config: &ConfigDir, user: &str, port: Option<u16>) -> (Output, String) {
     let mut args = vec![
         "auth".to_owned(),
         "login".to_owned(),

@@ -7,11 +7,13 @@
 //! [`BATCH_ROWS`]), so the database sees a few multi-row statements a second instead of one
 //! transaction per call (each a round trip to sqlx's SQLite thread). When the queue is full ([`QUEUE_RECORDS`] waiting: the database is stalled or far
 //! slower than the calls), a record is dropped and counted; the count is logged at warn (at most
-//! every [`DROP_WARN_EVERY`]) and shown by `/healthz`. A batch the store refuses is logged and
-//! counted as failed; the writer goes on with the next.
+//! every [`DROP_WARN_EVERY`]) and shown by `/healthz`. A batch the store refuses (the database
+//! is down) is logged and held, and written again with backoff until the database takes it
+//! ([`write`]); records held past [`HOLD_RECORDS`] are dropped and counted.
 //!
 //! [`AuditLog::flush`] waits until every record queued before it is written (shutdown, tests).
 
+use std::collections::VecDeque;
 use std::sync::{
     Mutex,
     atomic::{AtomicU64, Ordering},
@@ -28,6 +30,14 @@ pub const BATCH_ROWS: usize = 512;
 
 /// Under a steady stream of calls, the records of this long are written together.
 pub const LINGER: Duration = Duration::from_millis(50);
+
+/// Records held for a database that refuses them, at most.
+pub const HOLD_RECORDS: usize = 4 * QUEUE_RECORDS;
+
+/// The first retry of held records comes this long after the failure ...
+pub const RETRY_FIRST: Duration = Duration::from_millis(250);
+/// ... and the wait doubles up to this.
+pub const RETRY_MOST: Duration = Duration::from_secs(5);
 
 /// Shortest time between two warnings about dropped records.
 pub const DROP_WARN_EVERY: Duration = Duration::from_secs(10);
@@ -52,6 +62,7 @@ struct Counters {
     written: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
+    held: AtomicU64,
 }
 
 /// What `/healthz` shows of the audit log.
@@ -61,10 +72,13 @@ pub struct AuditHealth {
     pub queued: usize,
     /// Records written since start.
     pub written: u64,
-    /// Records dropped because the queue was full.
+    /// Records dropped because the queue was full, or too many were held.
     pub dropped: u64,
-    /// Records the store refused.
+    /// Records lost: still held (the database refusing them) when the gateway stopped, or
+    /// refused because it was stopping.
     pub failed: u64,
+    /// Records the database refused, held to be written again when it is back.
+    pub held: u64,
 }
 
 impl AuditLog {
@@ -120,6 +134,7 @@ impl AuditLog {
             written: self.counters.written.load(Ordering::Relaxed),
             dropped: self.counters.dropped.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),
+            held: self.counters.held.load(Ordering::Relaxed),
         }
     }
 
@@ -143,6 +158,12 @@ impl AuditLog {
 
 /// The writer: takes what has queued (up to [`BATCH_ROWS`]), writes it in one transaction,
 /// answers the flushes that were queued behind it, and repeats until the log is dropped.
+///
+/// A batch the store refuses (the database is down or unreachable) is held and written again,
+/// oldest first, after [`RETRY_FIRST`], doubling up to [`RETRY_MOST`], until it goes in: records
+/// of an outage reach the database when it is back. At most [`HOLD_RECORDS`] are held; past
+/// that the oldest are dropped and counted (`dropped`), and what is still held when the
+/// gateway stops is counted as `failed`. Both, and how many are held, are in `/healthz`.
 async fn write(
     store: store::Store,
     mut queue: mpsc::Receiver<Message>,
@@ -151,6 +172,8 @@ async fn write(
     let mut messages = Vec::with_capacity(BATCH_ROWS);
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     let mut flushes = Vec::new();
+    let mut held: VecDeque<store::AuditEntry> = VecDeque::new();
+    let mut retry = RETRY_FIRST;
     let mut last_write: Option<tokio::time::Instant> = None;
     let sort = |messages: &mut Vec<Message>,
                 batch: &mut Vec<store::AuditEntry>,
@@ -162,12 +185,25 @@ async fn write(
             }
         }
     };
-    while queue.recv_many(&mut messages, BATCH_ROWS).await > 0 {
+    loop {
+        // With records held, wake up to retry them even when no call comes.
+        let received = if held.is_empty() {
+            Some(queue.recv_many(&mut messages, BATCH_ROWS).await)
+        } else {
+            tokio::time::timeout(retry, queue.recv_many(&mut messages, BATCH_ROWS))
+                .await
+                .ok()
+        };
+        if received == Some(0) {
+            break;
+        }
         sort(&mut messages, &mut batch, &mut flushes);
         // Busy (the last write was under LINGER ago): gather what comes until LINGER after it,
         // so a steady stream of calls costs the database a few writes a second, not one per
         // call. A lone call, a flush or a full batch is written at once.
-        if let Some(until) = last_write.map(|at| at + LINGER) {
+        if let Some(until) = last_write.map(|at| at + LINGER)
+            && received.is_some()
+        {
             while flushes.is_empty() && batch.len() < BATCH_ROWS {
                 let room = BATCH_ROWS - batch.len();
                 match tokio::time::timeout_at(until, queue.recv_many(&mut messages, room)).await {
@@ -176,23 +212,72 @@ async fn write(
                 }
             }
         }
-        if !batch.is_empty() {
+        if !held.is_empty() {
+            // Held records go first, so the log keeps its order.
+            held.extend(batch.drain(..));
+            let was = held.len();
+            while !held.is_empty() {
+                let rows = held.len().min(BATCH_ROWS);
+                let chunk: Vec<_> = held.iter().take(rows).cloned().collect();
+                if store.record_calls(&chunk).await.is_err() {
+                    break;
+                }
+                held.drain(..rows);
+                counters.written.fetch_add(rows as u64, Ordering::Relaxed);
+            }
+            if held.is_empty() {
+                tracing::info!(
+                    records = was,
+                    "audit records held while the database was unreachable are written"
+                );
+                retry = RETRY_FIRST;
+            } else {
+                retry = (retry * 2).min(RETRY_MOST);
+                tracing::debug!(
+                    held = held.len(),
+                    "the database still refuses audit records"
+                );
+            }
+            last_write = Some(tokio::time::Instant::now());
+        } else if !batch.is_empty() {
             let rows = batch.len() as u64;
             match store.record_calls(&batch).await {
                 Ok(()) => {
                     counters.written.fetch_add(rows, Ordering::Relaxed);
+                    batch.clear();
                 }
                 Err(error) => {
-                    counters.failed.fetch_add(rows, Ordering::Relaxed);
-                    tracing::warn!(%error, records = rows, "cannot write audit records");
+                    tracing::warn!(%error, records = rows, "cannot write audit records: holding them to write when the database is back");
+                    held.extend(batch.drain(..));
+                    retry = RETRY_FIRST;
                 }
             }
-            batch.clear();
             last_write = Some(tokio::time::Instant::now());
         }
+        if held.len() > HOLD_RECORDS {
+            let excess = held.len() - HOLD_RECORDS;
+            held.drain(..excess);
+            counters.dropped.fetch_add(excess as u64, Ordering::Relaxed);
+            tracing::warn!(
+                dropped = excess,
+                held = HOLD_RECORDS,
+                "audit records dropped: the database has been unreachable too long"
+            );
+        }
+        counters.held.store(held.len() as u64, Ordering::Relaxed);
         for done in flushes.drain(..) {
             let _ = done.send(());
         }
+    }
+    if !held.is_empty() {
+        counters
+            .failed
+            .fetch_add(held.len() as u64, Ordering::Relaxed);
+        counters.held.store(0, Ordering::Relaxed);
+        tracing::warn!(
+            records = held.len(),
+            "audit records lost: the database was still unreachable when the gateway stopped"
+        );
     }
 }
 
@@ -270,7 +355,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failing_store_counts_the_batch_as_failed_and_the_writer_goes_on() {
+    async fn a_refused_batch_is_held_and_counted_lost_if_the_store_never_returns() {
         let (_dir, store) = store().await;
         let log = AuditLog::new(Some(store.clone()));
         log.record(entry("s__before"));
@@ -279,7 +364,11 @@ mod tests {
         log.record(entry("s__after_close"));
         log.flush().await;
         let health = log.health();
-        assert_eq!((health.written, health.failed), (1, 1));
+        assert_eq!((health.written, health.held, health.failed), (1, 1, 0));
+        // Retried meanwhile, still refused: still held.
+        tokio::time::sleep(RETRY_FIRST * 3).await;
+        assert_eq!(log.health().held, 1);
+        drop(log);
     }
 
     #[tokio::test]

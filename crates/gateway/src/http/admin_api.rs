@@ -68,9 +68,28 @@ macro_rules! admin_routes {
             Router::new()
                 $(.route($path, on(MethodFilter::$method, $handler)))*
                 .layer(Extension(logins))
+                .layer(axum::middleware::map_response_with_state(
+                    gateway.clone(),
+                    replica_header,
+                ))
                 .with_state(gateway)
         }
     };
+}
+
+/// The header naming the replica that answered an admin API request (`[store] replica`).
+pub(crate) const REPLICA_HEADER: &str = "mcpgw-replica";
+
+/// Adds [`REPLICA_HEADER`] to an admin API answer: behind a load balancer, which replica
+/// answered.
+async fn replica_header(
+    axum::extract::State(gateway): axum::extract::State<Arc<Gateway>>,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if let Ok(value) = http::HeaderValue::from_str(&gateway.replica()) {
+        response.headers_mut().insert(REPLICA_HEADER, value);
+    }
+    response
 }
 
 /// A configured server's name, in the path.

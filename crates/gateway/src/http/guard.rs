@@ -95,6 +95,15 @@ impl AdminToken {
     pub fn write_to(&self, path: &Path) -> std::io::Result<()> {
         use std::io::Write as _;
         let temporary = path.with_extension(format!("{}.tmp", std::process::id()));
+        // The data directory: with SQLite the database made it; with PostgreSQL (a fresh
+        // container's data volume) this may be the first file in it.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            builder.create(parent)?;
+        }
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]

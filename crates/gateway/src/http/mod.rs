@@ -2,7 +2,7 @@
 //! request guard in front of every route (`guard`: Host, Origin, the admin routes' CSRF
 //! rules and admin token), who a request comes from (`client_auth`: client keys and, through
 //! `jwt`, tokens of the operator's identity provider), sessions bound to their principal
-//! (`session_owner`), the admin routes (`admin`; `/admin/v1`'s one route table and its OpenAPI
+//! (`session_owner`) and sealed ids that let them roam between replicas (`roaming`), the admin routes (`admin`; `/admin/v1`'s one route table and its OpenAPI
 //! document, `admin_api`; its read side, `admin_v1` and `admin_records`; the server writes,
 //! `admin_servers`; the client for the CLI, `admin_client`), the web console (`console`), the
 //! data path's fast lane for plain tool calls (`direct`) and response shaping (`json_reply`),
@@ -24,6 +24,7 @@ pub(crate) mod guard;
 pub(crate) mod json_reply;
 pub(crate) mod jwt;
 pub(crate) mod openapi;
+pub(crate) mod roaming;
 pub(crate) mod serve;
 pub(crate) mod session_owner;
 

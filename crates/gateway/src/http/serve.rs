@@ -25,6 +25,7 @@ use crate::{
         drain::{self, Drain},
         errors,
         guard::{Guard, admin_token_path},
+        roaming::Roaming,
         session_owner::{self, Owners},
     },
     mcp::{Front, Traced},
@@ -324,12 +325,21 @@ fn mcp_service(
     // store keeps streams to resume from. A 2026-07-28 request whose answer needs no stream
     // gets one JSON body (rmcp's `json_response`); a session's, from `json_reply`. Host and
     // Origin are the guard's, for every route alike (rmcp's check covered `/mcp` only).
-    let mcp_config = StreamableHttpServerConfig::default()
+    let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(limits.request_bytes)
         .with_sse_retry(None)
         .with_json_response(true)
         .disable_allowed_hosts();
+    // With a store shared by replicas, legacy sessions carry their sealed state in their ids
+    // and any replica re-creates them (`roaming`).
+    let roaming = gateway
+        .store()
+        .filter(|store| store.backend() == store::Backend::Postgres)
+        .map(|store| Arc::new(Roaming::new(store.clone())));
+    if let Some(roaming) = &roaming {
+        mcp_config.session_store = Some(roaming.session_store());
+    }
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.sse_retry = None;
     // An unused session is closed after `[limits] session_idle_s` (rmcp's default is 5 min).
@@ -339,6 +349,7 @@ fn mcp_service(
         sessions.clone(),
         limits,
         gateway.metrics().clone(),
+        roaming,
     ));
     let direct = Arc::new(Direct::new(
         sessions.clone(),

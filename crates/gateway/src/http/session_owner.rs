@@ -30,7 +30,7 @@ use std::{
 use axum::{
     body::Body,
     extract::{Request, State},
-    http::{Method, StatusCode},
+    http::{HeaderValue, Method, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -38,6 +38,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionManager, local::LocalSessionManager,
 };
 
+use super::roaming::Roaming;
 use crate::{metrics::Metrics, principal::Principal, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -56,6 +57,21 @@ pub(crate) struct Owners {
     opened: AtomicUsize,
     max_sessions: usize,
     max_per_principal: usize,
+    /// Sealed session ids, with a shared store.
+    roaming: Option<Arc<Roaming>>,
+}
+
+/// Where a request on a sealed session id goes.
+enum Entry {
+    /// The session is open here under rmcp's id.
+    Here(String),
+    /// Not open here but the id opens, is the request principal's and was not ended: rmcp
+    /// re-creates the session under the client's id.
+    Revive,
+    /// A DELETE of a session not open here, recorded as ended: answered 204.
+    Ended,
+    /// Answered by this response (404, or 503 when the end of a session cannot be recorded).
+    Refused(Response),
 }
 
 /// Which session cap a new session would pass.
@@ -70,8 +86,10 @@ impl Owners {
         sessions: Arc<LocalSessionManager>,
         limits: &config::LimitsConfig,
         metrics: Arc<Metrics>,
+        roaming: Option<Arc<Roaming>>,
     ) -> Owners {
         Owners {
+            roaming,
             sessions,
             metrics,
             owners: Mutex::new(HashMap::new()),
@@ -145,6 +163,74 @@ impl Owners {
     async fn sweep(&self) {
         let live = self.sessions.sessions.read().await;
         lock(&self.owners).retain(|id, _| live.contains_key(id.as_str()));
+        if let Some(roaming) = &self.roaming {
+            roaming.retain(|internal| live.contains_key(internal));
+        }
+    }
+
+    /// Where a request of `principal` on sealed session id `id` goes (module `roaming`).
+    async fn enter(
+        &self,
+        roaming: &Roaming,
+        id: &str,
+        principal: &PrincipalId,
+        deleting: bool,
+    ) -> Entry {
+        if let Some((internal, recheck)) = roaming.route(id) {
+            let live = self
+                .sessions
+                .has_session(&internal.as_str().into())
+                .await
+                .unwrap_or(false);
+            // Ended through another replica: closed here too. A store that cannot answer
+            // leaves a live session alone.
+            let ended = live && recheck && matches!(roaming.ended(id).await, Ok(true));
+            if live && !ended {
+                if recheck {
+                    roaming.checked(id);
+                }
+                return Entry::Here(internal);
+            }
+            roaming.forget(id);
+            if ended {
+                let _ = self.sessions.close_session(&internal.as_str().into()).await;
+                self.forget(&internal);
+                return Entry::Refused(not_found());
+            }
+        }
+        let Some(state) = roaming.open(id) else {
+            tracing::debug!("a session id that does not open: answered as unknown");
+            return Entry::Refused(not_found());
+        };
+        if state.principal != principal.as_str() {
+            tracing::warn!(%principal, "refused a sealed session id of another principal");
+            return Entry::Refused(not_found());
+        }
+        match roaming.ended(id).await {
+            Ok(false) => {}
+            Ok(true) => return Entry::Refused(not_found()),
+            // Not revived unchecked: it may have been ended.
+            Err(error) => {
+                tracing::warn!(%error, "cannot check whether a session was ended: not re-creating it");
+                return Entry::Refused(super::errors::unavailable(
+                    "5",
+                    "the session cannot be re-created now (the database is unreachable); retry",
+                ));
+            }
+        }
+        if !deleting {
+            return Entry::Revive;
+        }
+        match roaming.end(id, state.opened).await {
+            Ok(()) => Entry::Ended,
+            Err(error) => {
+                tracing::warn!(%error, "cannot record the end of a session");
+                Entry::Refused(super::errors::unavailable(
+                    "5",
+                    "the session's end cannot be recorded now (the database is unreachable); retry",
+                ))
+            }
+        }
     }
 
     /// How many sessions are open now (those ended since the last look are dropped first).
@@ -161,7 +247,7 @@ impl Owners {
 /// The layer: see the module documentation.
 pub(crate) async fn bind(
     State(owners): State<Arc<Owners>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     let principal = request
@@ -169,11 +255,34 @@ pub(crate) async fn bind(
         .get::<Principal>()
         .map_or_else(|| Principal::Local.id(), Principal::id);
     let deleting = request.method() == Method::DELETE;
-    let id = request
+    let mut id = request
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    // A sealed id (the client's) is rmcp's id here once translated; a revived session keeps
+    // the client's id inside too.
+    let mut sealed = None;
+    let mut revived = false;
+    if let (Some(roaming), Some(client_id)) = (&owners.roaming, id.clone())
+        && Roaming::is_sealed(&client_id)
+    {
+        match owners
+            .enter(roaming, &client_id, &principal, deleting)
+            .await
+        {
+            Entry::Here(internal) => {
+                if let Ok(value) = HeaderValue::from_str(&internal) {
+                    request.headers_mut().insert(SESSION_HEADER, value);
+                }
+                id = Some(internal);
+            }
+            Entry::Revive => revived = true,
+            Entry::Ended => return StatusCode::NO_CONTENT.into_response(),
+            Entry::Refused(response) => return response,
+        }
+        sealed = Some(client_id);
+    }
     if let Some(id) = &id {
         match owners.owner(id) {
             Some(owner) if owner != principal => {
@@ -195,24 +304,56 @@ pub(crate) async fn bind(
         }
     }
     let mut response = next.run(request).await;
-    match id {
-        None => {
+    match (id, &owners.roaming) {
+        (None, roaming) => {
             let opened = response
                 .headers()
                 .get(SESSION_HEADER)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            if let Some(opened) = opened
-                && let Err(refused) = owners.admit(&opened, principal).await
-            {
-                return refused;
+            if let Some(opened) = opened {
+                let client_id = roaming
+                    .as_ref()
+                    .and_then(|roaming| roaming.seal_new(&opened, &principal));
+                if let Err(refused) = owners.admit(&opened, principal).await {
+                    if let (Some(roaming), Some(client_id)) = (roaming, &client_id) {
+                        roaming.forget(client_id);
+                    }
+                    return refused;
+                }
+                if let Some(value) = client_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+                    response.headers_mut().insert(SESSION_HEADER, value);
+                }
             }
         }
-        Some(id) if deleting && response.status().is_success() => {
+        (Some(id), roaming) if deleting && response.status().is_success() => {
             owners.forget(&id);
+            if let (Some(roaming), Some(client_id)) = (roaming, &sealed) {
+                roaming.forget(client_id);
+                let recorded = match roaming.open(client_id) {
+                    Some(state) => roaming.end(client_id, state.opened).await,
+                    None => Ok(()),
+                };
+                if let Err(error) = recorded {
+                    tracing::warn!(%error, "cannot record the end of a session: another replica could revive it");
+                }
+            }
             response = StatusCode::NO_CONTENT.into_response();
         }
-        Some(_) => {}
+        (Some(id), Some(roaming)) if revived && response.status().is_success() => {
+            if let Err(refused) = owners.admit(&id, principal).await {
+                return refused;
+            }
+            roaming.add_route(&id, &id);
+            tracing::info!("re-created a session opened on another replica");
+        }
+        (Some(_), _) => {}
+    }
+    if let Some(client_id) = &sealed
+        && response.headers().contains_key(SESSION_HEADER)
+        && let Ok(value) = HeaderValue::from_str(client_id)
+    {
+        response.headers_mut().insert(SESSION_HEADER, value);
     }
     response
 }
@@ -234,6 +375,7 @@ mod tests {
             sessions.clone(),
             &config::LimitsConfig::default(),
             Arc::default(),
+            None,
         );
         let (live, _transport) = sessions.create_session().await.expect("session");
         let (ended, _transport) = sessions.create_session().await.expect("session");
@@ -256,7 +398,7 @@ mod tests {
             max_sessions_per_principal: 2,
             ..config::LimitsConfig::default()
         };
-        let owners = Owners::new(sessions.clone(), &limits, Arc::default());
+        let owners = Owners::new(sessions.clone(), &limits, Arc::default(), None);
         let mut open = Vec::new();
         for _ in 0..4 {
             let (id, transport) = sessions.create_session().await.expect("session");

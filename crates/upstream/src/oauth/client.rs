@@ -193,6 +193,10 @@ impl AuthorizedClient {
     async fn token_after_rejection(&self, sent: &str) -> Result<Option<String>, AuthError> {
         let mut guard = self.shared.manager.lock().await;
         let started = now_epoch_secs();
+        // Under the refresh guard (with a shared store, a lease every replica takes): a
+        // refresh another process finished while this request was rejected is seen here, and
+        // its token used, instead of refreshing once more with the rotated refresh token.
+        let _refreshing = self.shared.credentials.refresh_guard().await?;
         match self.shared.stored_token().await? {
             // Someone refreshed while this request was in flight.
             Some(stored) if stored != sent => return Ok(Some(stored)),
@@ -210,7 +214,7 @@ impl AuthorizedClient {
                 return Ok(settled.token());
             }
         }
-        match guard.manager.refresh_token().await {
+        match super::store::with_guard_held(guard.manager.refresh_token()).await {
             Ok(token) => {
                 lock(&self.shared.events).refresh_failure = None;
                 refreshes::count(RefreshOutcome::Ok);

@@ -248,7 +248,26 @@ impl CredentialStatus {
     }
 }
 
+tokio::task_local! {
+    /// Set while a caller holds these credentials' refresh guard itself
+    /// ([`ServerCredentials::refresh_guard`]): rmcp's refresh, run inside, must not wait for
+    /// the guard its own caller holds.
+    static GUARD_HELD: ();
+}
+
+/// Runs `work` (a refresh through rmcp) for a caller that holds the refresh guard already.
+pub(super) async fn with_guard_held<F: std::future::Future>(work: F) -> F::Output {
+    GUARD_HELD.scope((), work).await
+}
+
 impl ServerCredentials {
+    /// The guard two refreshes of these credentials take (in this process or, with a shared
+    /// store, in any): held by a caller that must see another's refresh before deciding to
+    /// refresh itself. Run the refresh itself through [`with_guard_held`].
+    pub(super) async fn refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, OAuthError> {
+        self.store.refresh_guard(&self.server).await
+    }
+
     pub fn new(store: Arc<dyn OAuthStore>, server: &str) -> Self {
         Self {
             store,
@@ -367,6 +386,9 @@ impl CredentialStore for RmcpCredentials {
     }
 
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
+        if GUARD_HELD.try_with(|()| ()).is_ok() {
+            return Ok(None);
+        }
         Ok(self.0.store.refresh_guard(&self.0.server).await?)
     }
 }

@@ -1,0 +1,1017 @@
+//! Several `mcpgw serve` replicas on one PostgreSQL (`scripts/test-postgres.sh start`; see
+//! `database`), behind a round-robin HTTP proxy written here: each request goes to the next
+//! replica, as a load balancer without sticky sessions sends them, and a replica that refuses
+//! connections (it died) is skipped, as a load balancer's health check would (HAProxy's
+//! `redispatch`). A legacy session opened on one replica carries on on the others (its sealed
+//! id, `gateway::http::roaming`); a forged, tampered, foreign or deleted one does not; a
+//! 2026-07-28 client works on any; `servers list` and the admin API say which replica
+//! answered; an expired OAuth token is refreshed once for all replicas; `kill -9` of a replica
+//! under load from 10 clients fails only the calls it had in flight, each visibly.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::{Command, Stdio},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use crate::database::postgres_schema;
+use crate::harness::*;
+use crate::oauth::login;
+use crate::oauth_fixture::OAuthServer;
+
+/// A fixed test key (base64 of 32 bytes), the one every replica seals session ids with.
+const KEY: &str = "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=";
+
+/// The configuration of replica `name` on `url`, with `toml` (servers, `[gateway]`) and the
+/// shared key file `key`.
+fn replica_config(name: &str, url: &str, key: &Path, toml: &str) -> ConfigDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("mcpgw.toml");
+    let text = format!(
+        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = \"{url}\"\nkey_file = {:?}\nreplica = \"{name}\"\n",
+        key.display().to_string()
+    );
+    std::fs::write(&path, text).expect("write config");
+    ConfigDir { dir, path }
+}
+
+/// `mcpgw serve` on `config` (a PostgreSQL one): its data directory (the admin token) is
+/// `mcpgw/` beside the configuration file, through `XDG_DATA_HOME`.
+fn start_replica(config: ConfigDir, filter: &str) -> Gateway {
+    let data = config.dir.path().to_owned();
+    Gateway::start_with(config, filter, move |command| {
+        command
+            .env_remove("MCPGW_SECRET_KEY")
+            .env("XDG_DATA_HOME", &data);
+    })
+}
+
+/// The admin token of a replica started by [`start_replica`].
+fn admin_token(replica: &Gateway) -> String {
+    let path = replica.log.with_file_name("mcpgw").join("admin-token");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_owned()
+}
+
+/// The shared key file, mode 0600, in `dir`.
+fn key_file(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("secret.key");
+    std::fs::write(&path, KEY).expect("key");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    path
+}
+
+/// Starts `count` replicas `r1`.. on one fresh PostgreSQL schema, each with `toml`.
+struct Cluster {
+    replicas: Vec<Gateway>,
+    url: String,
+    key: std::path::PathBuf,
+    _keys: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(count: usize, toml: &str) -> Cluster {
+        let mut cluster = Cluster::empty();
+        // One at a time: the first replica migrates the schema before the others start.
+        for i in 1..=count {
+            cluster.add(&format!("r{i}"), toml);
+        }
+        cluster
+    }
+
+    /// A fresh schema and key, no replica yet.
+    fn empty() -> Cluster {
+        let keys = tempfile::tempdir().expect("tempdir");
+        let key = key_file(keys.path());
+        Cluster {
+            replicas: Vec::new(),
+            url: postgres_schema(),
+            key,
+            _keys: keys,
+        }
+    }
+
+    fn add(&mut self, name: &str, toml: &str) {
+        let config = replica_config(name, &self.url, &self.key, toml);
+        self.replicas
+            .push(start_replica(config, "info,gateway::http=debug"));
+    }
+
+    /// A configuration on the shared store, for CLI commands (`clients add`, `auth login`).
+    fn cli_config(&self, toml: &str) -> ConfigDir {
+        replica_config("cli", &self.url, &self.key, toml)
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.replicas.iter().map(|r| r.port).collect()
+    }
+}
+
+/// The round-robin proxy: each request to the next replica (skipping one that refuses
+/// connections), bodies streamed both ways. Counts the requests each replica was sent.
+struct RoundRobin {
+    port: u16,
+    sent: Arc<Vec<AtomicUsize>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Backends {
+    ports: Vec<u16>,
+    next: AtomicUsize,
+    sent: Arc<Vec<AtomicUsize>>,
+    http: reqwest::Client,
+}
+
+async fn forward(
+    axum::extract::State(backends): axum::extract::State<Arc<Backends>>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 64 << 20).await else {
+        return (axum::http::StatusCode::BAD_REQUEST, "body").into_response();
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let count = backends.ports.len();
+    let first = backends.next.fetch_add(1, Ordering::Relaxed);
+    for attempt in 0..count {
+        let index = (first + attempt) % count;
+        let mut out = backends.http.request(
+            parts.method.clone(),
+            format!("http://127.0.0.1:{}{path}", backends.ports[index]),
+        );
+        for (name, value) in &parts.headers {
+            if name != axum::http::header::HOST && name != axum::http::header::CONTENT_LENGTH {
+                out = out.header(name, value);
+            }
+        }
+        backends.sent[index].fetch_add(1, Ordering::Relaxed);
+        match out.body(body.clone()).send().await {
+            Ok(answer) => {
+                let mut response = axum::response::Response::builder().status(answer.status());
+                for (name, value) in answer.headers() {
+                    if name != axum::http::header::CONTENT_LENGTH
+                        && name != axum::http::header::TRANSFER_ENCODING
+                    {
+                        response = response.header(name, value);
+                    }
+                }
+                return response
+                    .body(axum::body::Body::from_stream(answer.bytes_stream()))
+                    .unwrap_or_else(|_| axum::http::StatusCode::BAD_GATEWAY.into_response());
+            }
+            // Nothing reached the replica: the next one gets the request.
+            Err(error) if error.is_connect() => continue,
+            Err(error) => {
+                return (
+                    axum::http::StatusCode::BAD_GATEWAY,
+                    format!("replica failed: {error}"),
+                )
+                    .into_response();
+            }
+        }
+    }
+    (axum::http::StatusCode::BAD_GATEWAY, "no replica answers").into_response()
+}
+
+impl RoundRobin {
+    fn start(ports: Vec<u16>) -> RoundRobin {
+        let sent: Arc<Vec<AtomicUsize>> =
+            Arc::new(ports.iter().map(|_| AtomicUsize::new(0)).collect());
+        let backends = Arc::new(Backends {
+            ports,
+            next: AtomicUsize::new(0),
+            sent: sent.clone(),
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("client"),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let app = axum::Router::new().fallback(forward).with_state(backends);
+                let _ = axum::serve(
+                    listener,
+                    app.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+            });
+        });
+        RoundRobin {
+            port,
+            sent,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    fn sent(&self) -> Vec<usize> {
+        self.sent
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
+    }
+}
+
+impl Drop for RoundRobin {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // Streams still open (a client's GET) end with their replicas; do not wait on them.
+        drop(self.thread.take());
+    }
+}
+
+/// One legacy session spoken in raw HTTP, each request to the `url` it is given.
+struct Session {
+    http: reqwest::blocking::Client,
+    id: String,
+    key: Option<String>,
+}
+
+impl Session {
+    /// `initialize` (2025-11-25), then `notifications/initialized`, at `url`, as the client
+    /// holding `key`.
+    fn open(url: &str, key: Option<&str>) -> Session {
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        let mut request = http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .body(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                    "clientInfo": {"name": "raw", "version": "0"}}})
+                .to_string(),
+            )
+            .send()
+            .expect("initialize");
+        assert_eq!(response.status(), 200);
+        let id = response.headers()["mcp-session-id"]
+            .to_str()
+            .expect("session id")
+            .to_owned();
+        let _ = response.text();
+        let session = Session {
+            http,
+            id,
+            key: key.map(str::to_owned),
+        };
+        let (status, _) = session.post(
+            url,
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        );
+        assert_eq!(status, 202);
+        session
+    }
+
+    /// POSTs `message` on the session to `url`: status and body.
+    fn post(&self, url: &str, message: &Value) -> (u16, String) {
+        self.post_as(url, message, self.key.as_deref(), &self.id)
+    }
+
+    fn post_as(&self, url: &str, message: &Value, key: Option<&str>, id: &str) -> (u16, String) {
+        let mut request = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", id);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        match request.body(message.to_string()).send() {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                (status, response.text().unwrap_or_default())
+            }
+            Err(error) => (0, format!("transport error: {error}")),
+        }
+    }
+
+    /// `everything__echo` with `message` at `url`: status and body.
+    fn echo(&self, url: &str, message: &str) -> (u16, String) {
+        self.post(
+            url,
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                    "params": {"name": "everything__echo", "arguments": {"message": message}}}),
+        )
+    }
+
+    fn delete(&self, url: &str) -> u16 {
+        let mut request = self.http.delete(url).header("mcp-session-id", &self.id);
+        if let Some(key) = &self.key {
+            request = request.bearer_auth(key);
+        }
+        request.send().expect("reachable").status().as_u16()
+    }
+}
+
+/// Whether `body` (JSON or one SSE event) is `everything__echo`'s answer to `message`.
+fn echoed(body: &str, message: &str) -> bool {
+    body.contains(&format!("Echo: {message}")) && !body.contains("\"error\"")
+}
+
+fn servers_toml() -> String {
+    format!("{PASSTHROUGH}\n{}", everything_stdio_server("everything"))
+}
+
+#[test]
+fn legacy_sessions_roam_between_replicas_and_stop_where_they_must() {
+    // Keys first: a listener requires them when they exist as it starts.
+    let mut cluster = Cluster::empty();
+    let cli = cluster.cli_config(&servers_toml());
+    let alice = add_client(&cli.path, "alice");
+    let bob = add_client(&cli.path, "bob");
+    for i in 1..=3 {
+        cluster.add(&format!("r{i}"), &servers_toml());
+    }
+    let urls: Vec<String> = cluster.replicas.iter().map(Gateway::url).collect();
+
+    // Opened on r1: the id is sealed, and the session works on r2 and r3 too.
+    let session = Session::open(&urls[0], Some(&alice));
+    assert!(
+        session.id.starts_with("g1.") && session.id.len() < 1024,
+        "sealed id of {} chars: {}",
+        session.id.len(),
+        session.id
+    );
+    for (i, url) in urls.iter().enumerate().chain(urls.iter().enumerate()) {
+        let (status, body) = session.echo(url, &format!("hop {i}"));
+        assert!(
+            status == 200 && echoed(&body, &format!("hop {i}")),
+            "replica r{}: {status} {body}\n{}",
+            i + 1,
+            cluster.replicas[i].log_text()
+        );
+    }
+    for replica in &cluster.replicas[1..] {
+        assert!(
+            replica
+                .log_text()
+                .contains("re-created a session opened on another replica"),
+            "{}",
+            replica.log_text()
+        );
+    }
+
+    // Another principal with alice's id, a tampered id, a made-up one: the unknown-session 404.
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"});
+    let (status, body) = session.post_as(&urls[1], &call, Some(&bob), &session.id);
+    assert_eq!(status, 404, "bob on alice's session: {body}");
+    let mut tampered = session.id.clone().into_bytes();
+    let at = tampered.len() / 2;
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).expect("ascii");
+    for id in [
+        tampered.as_str(),
+        "g1.AAAA",
+        "0b9c7a5e-0000-4000-8000-000000000000",
+    ] {
+        let (status, body) = session.post_as(&urls[2], &call, Some(&alice), id);
+        assert_eq!(status, 404, "{id}: {body}");
+        assert!(body.contains("ession not found"), "{body}");
+    }
+
+    // A replica with another key cannot open it: r4 on the same database, its own key.
+    {
+        let other_key = tempfile::tempdir().expect("tempdir");
+        let path = other_key.path().join("secret.key");
+        std::fs::write(&path, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").expect("key");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("mode");
+        let foreign = start_replica(
+            replica_config("r4", &cluster.url, &path, &servers_toml()),
+            "info",
+        );
+        let (status, body) = session.post_as(&foreign.url(), &call, Some(&alice), &session.id);
+        assert_eq!(status, 404, "another key: {body}");
+    }
+
+    // DELETE through r3: refused from then on everywhere, r1 (which opened it) and r2 (which
+    // re-created it) included, the latter two within their recheck interval.
+    assert_eq!(session.delete(&urls[2]), 204);
+    let (status, body) = session.echo(&urls[2], "after delete");
+    assert_eq!(status, 404, "r3 after DELETE: {body}");
+    std::thread::sleep(Duration::from_millis(5_500));
+    for (i, url) in urls.iter().enumerate().take(2) {
+        let (status, body) = session.echo(url, "after delete");
+        assert_eq!(status, 404, "r{} after DELETE: {body}", i + 1);
+    }
+    // A session deleted where it lives is gone at once for the others too.
+    let second = Session::open(&urls[1], Some(&alice));
+    assert_eq!(second.echo(&urls[1], "x").0, 200);
+    assert_eq!(second.delete(&urls[1]), 204);
+    let (status, body) = second.echo(&urls[0], "after delete");
+    assert_eq!(status, 404, "r1 after a DELETE on r2: {body}");
+}
+
+#[test]
+fn sdk_clients_carry_on_while_requests_alternate_between_replicas() {
+    let cluster = Cluster::start(3, &servers_toml());
+    let proxy = RoundRobin::start(cluster.ports());
+    let mut script = vec![json!({"op": "list_tools"})];
+    for i in 0..6 {
+        script.push(json!({"op": "call_tool", "name": "everything__echo",
+                           "arguments": {"message": format!("call {i}")}}));
+    }
+    for era in ["legacy", "modern"] {
+        let before = proxy.sent();
+        let report = py_client(&["--url", &proxy.url()], era, Value::Array(script.clone()));
+        let steps = report["steps"].as_array().expect("steps");
+        assert!(
+            steps[0]["tools"].as_array().is_some_and(|t| !t.is_empty())
+                || steps[0].as_array().is_some_and(|t| !t.is_empty()),
+            "{era}: {report}"
+        );
+        for (i, step) in steps[1..].iter().enumerate() {
+            // After the gateway's note that this is an upstream's output.
+            assert!(
+                result_text(step).ends_with(&format!("\nEcho: call {i}")),
+                "{era} step {i}: {report}"
+            );
+        }
+        let after = proxy.sent();
+        let per_replica: Vec<usize> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert!(
+            per_replica.iter().all(|&n| n >= 2),
+            "{era}: every replica answers some requests: {per_replica:?}"
+        );
+    }
+    // The legacy session was re-created on the replicas that did not open it.
+    let revived = cluster
+        .replicas
+        .iter()
+        .filter(|r| {
+            r.log_text()
+                .contains("re-created a session opened on another replica")
+        })
+        .count();
+    assert!(revived >= 2, "re-created on {revived} replicas");
+
+    // The admin API and `servers list` say which replica answered.
+    for (i, replica) in cluster.replicas.iter().enumerate() {
+        let response = reqwest::blocking::Client::new()
+            .get(format!(
+                "http://127.0.0.1:{}/admin/v1/servers",
+                replica.port
+            ))
+            .bearer_auth(admin_token(replica))
+            .send()
+            .expect("admin API");
+        assert_eq!(
+            response.headers()["mcpgw-replica"].to_str().ok(),
+            Some(format!("r{}", i + 1).as_str())
+        );
+        let list: Value = response.json().expect("json");
+        assert_eq!(
+            list["servers"][0]["replica"],
+            format!("r{}", i + 1),
+            "{list}"
+        );
+    }
+}
+
+/// A call's fate under load.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    ok: usize,
+    /// Answered, but not with the echo: an HTTP error or a JSON-RPC error.
+    failed_with_response: usize,
+    transport_errors: usize,
+    /// Answered 200 with something that is not the echo asked for: must stay 0.
+    wrong: usize,
+}
+
+#[test]
+fn a_killed_replica_fails_only_its_calls_in_flight_and_each_visibly() {
+    let mut cluster = Cluster::start(3, &servers_toml());
+    let proxy = RoundRobin::start(cluster.ports());
+    let url = proxy.url();
+    let running = Arc::new(AtomicBool::new(true));
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    // 10 clients: 5 legacy sessions (their requests roam) and 5 2026-07-28 stateless ones.
+    let clients: Vec<_> = (0..10)
+        .map(|client| {
+            let (url, running, killed_at) = (url.clone(), running.clone(), killed_at.clone());
+            std::thread::spawn(move || {
+                let mut before = Tally::default();
+                let mut after = Tally::default();
+                let session = (client < 5).then(|| Session::open(&url, None));
+                let http = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .expect("client");
+                let mut n = 0;
+                while running.load(Ordering::Relaxed) {
+                    n += 1;
+                    let message = format!("c{client} n{n}");
+                    let started = Instant::now();
+                    let (status, body) = match &session {
+                        Some(session) => session.echo(&url, &message),
+                        None => modern_echo(&http, &url, &message),
+                    };
+                    // A call that started a second after the kill must not fail.
+                    let late = killed_at
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_some_and(|at| started > at + Duration::from_secs(1));
+                    let tally = if late { &mut after } else { &mut before };
+                    match status {
+                        0 => tally.transport_errors += 1,
+                        200 if echoed(&body, &message) => tally.ok += 1,
+                        200 if body.contains("\"error\"") => tally.failed_with_response += 1,
+                        200 => tally.wrong += 1,
+                        _ => tally.failed_with_response += 1,
+                    }
+                }
+                (before, after)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    let victim = cluster.replicas.remove(1);
+    let in_flight_before = victim.health().map(|h| h["in_flight"].clone());
+    signal(victim.proc.pid(), "KILL");
+    *killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    std::thread::sleep(Duration::from_secs(6));
+    running.store(false, Ordering::Relaxed);
+    let mut before = Tally::default();
+    let mut after = Tally::default();
+    for client in clients {
+        let (b, a) = client.join().expect("client thread");
+        for (sum, part) in [(&mut before, b), (&mut after, a)] {
+            sum.ok += part.ok;
+            sum.failed_with_response += part.failed_with_response;
+            sum.transport_errors += part.transport_errors;
+            sum.wrong += part.wrong;
+        }
+    }
+    eprintln!(
+        "kill -9 under load: until 1 s after the kill {before:?}; after {after:?}; sent per replica {:?}; victim in flight just before {in_flight_before:?}",
+        proxy.sent()
+    );
+    drop(victim);
+    assert_eq!(before.wrong + after.wrong, 0, "a 200 that is not the echo");
+    // At most one call per client can have been in flight on the killed replica.
+    let lost = before.failed_with_response + before.transport_errors;
+    assert!(
+        lost <= 10,
+        "{lost} calls failed around the kill (10 clients)"
+    );
+    assert!(before.ok > 50 && after.ok > 50, "{before:?} {after:?}");
+    assert_eq!(
+        after.failed_with_response + after.transport_errors,
+        0,
+        "a call that started after the kill failed: {after:?}"
+    );
+}
+
+/// A 2026-07-28 stateless `everything__echo` call at `url`: status and body (status 0: a
+/// transport error).
+fn modern_echo(http: &reqwest::blocking::Client, url: &str, message: &str) -> (u16, String) {
+    modern_call(http, url, "everything__echo", json!({"message": message}))
+}
+
+/// A 2026-07-28 stateless call of tool `name` at `url`: status and body (status 0: a
+/// transport error).
+fn modern_call(
+    http: &reqwest::blocking::Client,
+    url: &str,
+    name: &str,
+    arguments: Value,
+) -> (u16, String) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "0"},
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let sent = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .body(body.to_string())
+        .send();
+    match sent {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            (status, response.text().unwrap_or_default())
+        }
+        Err(error) => (0, format!("transport error: {error}")),
+    }
+}
+
+#[test]
+fn an_expired_token_is_refreshed_once_for_all_replicas_under_concurrent_calls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = OAuthServer::start(dir.path(), None);
+    let toml = format!(
+        "[[servers]]\nname = \"docs\"\ntimeout_s = 20\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", url = \"{}\" }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
+        fixture.endpoint("/mcp")
+    );
+    let mut cluster = Cluster::empty();
+    let cli = cluster.cli_config(&toml);
+    let (output, _page) = login(&cli, "alice", None);
+    assert!(output.status.success(), "login: {}", text(&output.stderr));
+    for i in 1..=3 {
+        cluster.add(&format!("r{i}"), &toml);
+    }
+    let urls: Vec<String> = cluster.replicas.iter().map(Gateway::url).collect();
+    let whoami = |url: &str| {
+        let http = reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        modern_call(
+            &http,
+            url,
+            "call_tool",
+            json!({"name": "docs__whoami", "arguments": {}}),
+        )
+    };
+    // Every replica has called with the current token once.
+    for url in &urls {
+        let (status, body) = whoami(url);
+        assert!(status == 200 && body.contains("alice"), "{status} {body}");
+    }
+    let mut refreshes = Vec::new();
+    for round in 0..3 {
+        let before = fixture.grants("refresh_token");
+        fixture.control("/test/expire-access");
+        // 4 concurrent calls on each replica, all finding the token expired.
+        let calls: Vec<_> = (0..12)
+            .map(|i| {
+                let url = urls[i % 3].clone();
+                std::thread::spawn(move || whoami(&url))
+            })
+            .collect();
+        for call in calls {
+            let (status, body) = call.join().expect("call");
+            assert!(
+                status == 200 && body.contains("alice") && !body.contains("\"isError\":true"),
+                "round {round}: {status} {body}"
+            );
+        }
+        refreshes.push(fixture.grants("refresh_token") - before);
+    }
+    eprintln!("refreshes per expiry, 12 concurrent calls on 3 replicas: {refreshes:?}");
+    assert_eq!(
+        refreshes,
+        [1, 1, 1],
+        "one refresh per expiry across the replicas"
+    );
+}
+
+/// A PostgreSQL cluster of this test's own (Debian's binaries, as scripts/test-postgres.sh
+/// uses them), so that it can be stopped without touching the other tests' server.
+struct PrivatePostgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl PrivatePostgres {
+    fn start() -> PrivatePostgres {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL installed (/usr/lib/postgresql)")
+            .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+            .filter(|bin| bin.join("pg_ctl").is_file())
+            .max_by_key(|bin| {
+                bin.parent()
+                    .and_then(|v| v.file_name())
+                    .and_then(|v| v.to_str())
+                    .and_then(|v| v.parse::<u32>().ok())
+            })
+            .expect("a PostgreSQL bin directory");
+        // Under /var/tmp, open to the `postgres` user that runs the server when we are root.
+        let dir = tempfile::Builder::new()
+            .prefix("mcpgw-private-pg-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("mode");
+        let postgres = PrivatePostgres {
+            dir,
+            bin,
+            port: free_port(),
+        };
+        let data = postgres.data();
+        std::fs::create_dir(&data).expect("data dir");
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).expect("mode");
+        if is_root() {
+            let chowned = Command::new("chown")
+                .args(["postgres:", &data.display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(chowned.success());
+        }
+        postgres.run(
+            "initdb",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        postgres.resume();
+        let created = Command::new(postgres.bin.join("psql"))
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &postgres.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                "CREATE DATABASE mcpgw",
+            ])
+            .output()
+            .expect("psql");
+        assert!(created.status.success(), "{}", text(&created.stderr));
+        postgres
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/mcpgw", self.port)
+    }
+
+    /// Runs PostgreSQL program `program` as the cluster's owner.
+    fn run(&self, program: &str, args: &[&str]) {
+        let path = self.bin.join(program);
+        let mut command = if is_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(&path);
+            command
+        } else {
+            Command::new(&path)
+        };
+        let output = command
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            output.status.success(),
+            "{program} {args:?}: {}{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+    }
+
+    /// Starts (again) the server, on the same port.
+    fn resume(&self) {
+        let data = self.data().display().to_string();
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off",
+            self.port
+        );
+        let log = format!("{data}/server.log");
+        self.run(
+            "pg_ctl",
+            &[
+                "-D", &data, "-l", &log, "-w", "-t", "60", "-o", &options, "start",
+            ],
+        );
+    }
+
+    /// Stops the server (fast shutdown: its connections are closed).
+    fn pause(&self) {
+        let data = self.data().display().to_string();
+        self.run("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]);
+    }
+
+    /// How many audit rows the database holds.
+    fn audit_rows(&self) -> i64 {
+        let output = Command::new(self.bin.join("psql"))
+            .args([
+                "-tA",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "mcpgw",
+                "-c",
+                "SELECT COUNT(*) FROM audit",
+            ])
+            .output()
+            .expect("psql");
+        text(&output.stdout).trim().parse().unwrap_or(-1)
+    }
+}
+
+impl Drop for PrivatePostgres {
+    fn drop(&mut self) {
+        let data = self.data().display().to_string();
+        let path = self.bin.join("pg_ctl");
+        let mut command = if is_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(&path);
+            command
+        } else {
+            Command::new(&path)
+        };
+        let _ = command
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| text(&o.stdout).trim() == "0")
+}
+
+#[test]
+fn calls_go_on_while_postgres_is_down_and_their_audit_rows_arrive_when_it_is_back() {
+    let postgres = PrivatePostgres::start();
+    let keys = tempfile::tempdir().expect("tempdir");
+    let key = key_file(keys.path());
+    let gateway = start_replica(
+        replica_config("r1", &postgres.url(), &key, &servers_toml()),
+        "info",
+    );
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let mut calls = 0;
+    let mut call = |what: &str| {
+        calls += 1;
+        let message = format!("{what} {calls}");
+        let (status, body) = modern_echo(&http, &gateway.url(), &message);
+        assert!(
+            status == 200 && echoed(&body, &message),
+            "{what}: {status} {body}\n{}",
+            gateway.log_text()
+        );
+    };
+    for _ in 0..5 {
+        call("before");
+    }
+    wait_until("the first audit rows", Duration::from_secs(20), || {
+        postgres.audit_rows() == 5
+    });
+
+    postgres.pause();
+    let down = Instant::now();
+    // Records waiting for the database: held after a refused write, or queued behind one.
+    let mut waiting_seen = 0;
+    while down.elapsed() < Duration::from_secs(10) {
+        call("while down");
+        let audit = gateway.health().expect("healthz")["audit"].clone();
+        let waiting = audit["held"].as_u64().unwrap_or(0) + audit["queued"].as_u64().unwrap_or(0);
+        waiting_seen = waiting_seen.max(waiting);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let total = calls;
+    postgres.resume();
+    wait_until(
+        "the held audit rows to be written",
+        Duration::from_secs(30),
+        || postgres.audit_rows() == total as i64,
+    );
+    let audit = gateway.health().expect("healthz")["audit"].clone();
+    eprintln!(
+        "PostgreSQL down 10 s: {total} calls in all, up to {waiting_seen} audit records waiting; after: {audit}\n{}",
+        gateway.log_text()
+    );
+    assert!(
+        waiting_seen > 0,
+        "records waited while the database was down"
+    );
+    assert_eq!(audit["held"], 0, "{audit}");
+    assert_eq!(audit["dropped"], 0, "{audit}");
+    assert_eq!(audit["failed"], 0, "{audit}");
+    assert_eq!(audit["written"], total, "{audit}");
+}
+
+/// `wrk` (Debian's, as scripts/bench-load.sh runs it, with its scripts/bench/mcp-call.lua: one
+/// legacy session per connection, `everything__echo` over and over) for `seconds` with 10
+/// connections at `url`: the good calls per second and the RESULT line.
+fn wrk_calls_per_second(url: &str, seconds: u64) -> (f64, String) {
+    let output = Command::new("wrk")
+        .args([
+            "-t",
+            "10",
+            "-c",
+            "10",
+            "-d",
+            &format!("{seconds}s"),
+            "--timeout",
+            "10s",
+            "-s",
+        ])
+        .arg(repo_root().join("scripts/bench/mcp-call.lua"))
+        .arg(url)
+        .args([
+            "--",
+            "everything__echo",
+            r#"{"message":"hello"}"#,
+            "Echo: hello",
+            "2025-11-25",
+            "{}",
+        ])
+        .output()
+        .expect("wrk runs (apt-get install wrk)");
+    let out = text(&output.stdout);
+    let result = out
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| panic!("no RESULT from wrk: {out}{}", text(&output.stderr)))
+        .to_owned();
+    let field = |name: &str| -> f64 {
+        result
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {result}"))
+    };
+    (field("ok") / (field("duration_us") / 1e6), result)
+}
+
+/// The figures of docs/deployment.md, *Several replicas*: calls/s through one replica, and
+/// through three behind the round-robin. Run with `--run-ignored only` on a release build
+/// (`MCPGW_BIN`-style: `cargo nextest run --release ...`); it asserts only that the calls
+/// succeed.
+#[test]
+#[ignore = "a measurement: run on demand"]
+fn measure_calls_per_second_on_one_and_three_replicas() {
+    let seconds = std::env::var("MCPGW_MEASURE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    let cluster = Cluster::start(3, &servers_toml());
+    let (one, one_result) = wrk_calls_per_second(&cluster.replicas[0].url(), seconds);
+    let proxy = RoundRobin::start(cluster.ports());
+    let (three, three_result) = wrk_calls_per_second(&proxy.url(), seconds);
+    let direct_proxy = RoundRobin::start(vec![cluster.replicas[0].port]);
+    let (one_proxied, one_proxied_result) = wrk_calls_per_second(&direct_proxy.url(), seconds);
+    eprintln!(
+        "calls/s, 10 connections, {seconds} s each:\n  one replica direct      {one:.0}  ({one_result})\n  one replica, proxy      {one_proxied:.0}  ({one_proxied_result})\n  three replicas, proxy   {three:.0}  ({three_result})\n  sent per replica {:?}",
+        proxy.sent()
+    );
+    for result in [&one_result, &three_result, &one_proxied_result] {
+        assert!(result.contains(" bad=0 "), "{result}");
+    }
+}
