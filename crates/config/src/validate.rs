@@ -1639,11 +1639,11 @@ strategy = "bm25"
 
     #[test]
     fn several_replicas_need_redis_and_postgres() {
-        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw@db.internal/mcpgw)), key_file: None, redis: Some(RedisUrl(redis://:***@cache.internal:6379/2)), replicas: Replicas(3) }"].assert_eq(&store_summary(
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw@db.internal/mcpgw)), key_file: None, redis: Some(RedisUrl(redis://:***@cache.internal:6379/2)), replicas: Replicas(3), replica: None }"].assert_eq(&store_summary(
             "[store]\nurl = \"postgres://mcpgw@db.internal/mcpgw\"\nredis = \"redis://:hunter2@cache.internal:6379/2\"\nreplicas = 3\n",
         ));
         // One replica, the default, needs neither.
-        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/mcpgw.db"), postgres: None, key_file: None, redis: None, replicas: Replicas(1) }"#]].assert_eq(&store_summary(
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/mcpgw.db"), postgres: None, key_file: None, redis: None, replicas: Replicas(1), replica: None }"#]].assert_eq(&store_summary(
             "[store]\npath = \"mcpgw.db\"\nreplicas = 1\n",
         ));
         expect![[r#"
@@ -1687,9 +1687,7 @@ strategy = "bm25"
 
     #[test]
     fn store_replica_names_are_checked() {
-        expect![[
-            r#"StoreConfig { path: None, postgres: None, key_file: None, replica: Some("gw-1") }"#
-        ]]
+        expect![[r#"StoreConfig { path: None, postgres: None, key_file: None, redis: None, replicas: Replicas(1), replica: Some("gw-1") }"#]]
         .assert_eq(&store_summary("[store]\nreplica = \" gw-1 \"\n"));
         expect![[r#"
             invalid configuration (1 problem):
@@ -1699,10 +1697,10 @@ strategy = "bm25"
 
     #[test]
     fn store_urls_resolve_and_never_show_a_password() {
-        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key"), redis: None, replicas: Replicas(1) }"#]].assert_eq(&store_summary(
+        expect![[r#"StoreConfig { path: Some("/etc/mcpgw/state/mcpgw.db"), postgres: None, key_file: Some("/etc/mcpgw/keys/secret.key"), redis: None, replicas: Replicas(1), replica: None }"#]].assert_eq(&store_summary(
             "[store]\nurl = \"sqlite://state/mcpgw.db\"\nkey_file = \"keys/secret.key\"\n",
         ));
-        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None, redis: None, replicas: Replicas(1) }"].assert_eq(&store_summary(
+        expect!["StoreConfig { path: None, postgres: Some(PostgresUrl(postgres://mcpgw:***@db.internal:5432/mcpgw?sslmode=require&password=***)), key_file: None, redis: None, replicas: Replicas(1), replica: None }"].assert_eq(&store_summary(
             "[store]\nurl = \"postgres://mcpgw:hunter2@db.internal:5432/mcpgw?sslmode=require&password=hunter2\"\n",
         ));
         expect![[r#"
