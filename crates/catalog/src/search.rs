@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use retrieval::{Document, Feedback, Field, Hybrid};
+use retrieval::{Document, Feedback, Field, GroupPrior, Hybrid};
 
 use crate::entry::{Error, ToolEntry};
 
@@ -99,6 +99,36 @@ pub struct SearchRequest<'a> {
     /// Read before write: unless the request asks to change something, tools that may
     /// delete, reset or overwrite move [`crate::caution::DEMOTION`] places down.
     pub caution: bool,
+    /// Reorderings measured with `mcpgw eval` (server prior, vector feedback, diversity);
+    /// all off by default.
+    pub rerank: Rerank,
+}
+
+/// Reorderings of a single query's ranking, each measured on the four labelled sets
+/// (docs/retrieval.md, "Round three"). `Default` is all off, what the gateway serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rerank {
+    /// Server-aware ranking: the server's rank as a prior on its tools' scores, or the best
+    /// servers' tools first. Neutral with one server.
+    pub servers: Option<ServerPrior>,
+    /// Rocchio feedback for the vector side of a hybrid search: the query vector plus this
+    /// weight times the vector of the first pass's best hit, ranked and fused again.
+    pub vector_feedback: Option<f32>,
+    /// Diversity: at most this many tools of one server in the top `top_k` before the other
+    /// servers' tools. Neutral with one server.
+    pub per_server: Option<usize>,
+    /// De-duplication: in the top `top_k`, a tool whose vector has at least this cosine
+    /// similarity with a higher hit's moves to the end of the top `top_k`.
+    pub dedup: Option<f32>,
+}
+
+/// Where a server's rank comes from, and how it weighs on its tools.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerPrior {
+    pub prior: GroupPrior,
+    /// Rank the servers by BM25 over each server's whole text (name, description, every
+    /// tool's name and description) instead of by their tools' places in the ranking.
+    pub lexical: bool,
 }
 
 /// The queries to search for one request: the request itself, then its needs when it splits

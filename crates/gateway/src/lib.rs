@@ -385,6 +385,7 @@ impl Gateway {
             // Read before write (catalog::caution): no figure moved on the four sets, and a
             // model that runs the first hit must not get a reset for a question.
             caution: true,
+            rerank: Default::default(),
         };
         let outcome = catalog.search_with(&request);
         let explanation = search
