@@ -58,7 +58,7 @@ pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
     Explanation, Filter, Rerank, Scoring, SearchHit, SearchOutcome, SearchRequest, ServerPrior,
-    Sources, Strategy, split_request,
+    Sources, Strategy, VECTOR_FEEDBACK, self_description, split_request,
 };
 
 use naming::Namer;
@@ -736,9 +736,28 @@ impl Catalog {
             _ => None,
         };
         let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
+        // The vector list as the fusion used it: with vector feedback, the moved query's.
+        let moved = match (scoring, request.rerank.vector_feedback) {
+            (Scoring::Fused { .. }, Some(beta)) => {
+                let first_pass = SearchRequest {
+                    rerank: Rerank {
+                        vector_feedback: None,
+                        ..request.rerank
+                    },
+                    ..request.clone()
+                };
+                let (first, _) = self.rank_query(&first_pass, strategy, 0, 1, &keep, &key);
+                first
+                    .first()
+                    .and_then(|best| self.rocchio(request, 0, best.doc, beta))
+            }
+            _ => None,
+        };
         let semantic = match (
             self.vectors.as_ref(),
-            request.query_vectors.and_then(|vectors| vectors.first()),
+            moved
+                .as_ref()
+                .or_else(|| request.query_vectors.and_then(|vectors| vectors.first())),
         ) {
             (Some(vectors), Some(vector)) if strategy.needs_vectors() => positions(
                 request

@@ -139,8 +139,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0, value_name = "N")]
     server_stages: usize,
     /// Rocchio feedback on the vector side of hybrid: the query vector plus this weight times
-    /// the first pass's best hit's vector (0: off, as in the gateway).
-    #[arg(long, default_value_t = 0.0, value_name = "BETA")]
+    /// the first pass's best hit's vector, as the gateway does (0: off).
+    #[arg(long, default_value_t = catalog::VECTOR_FEEDBACK, value_name = "BETA")]
     vector_feedback: f32,
     /// Diversity: at most N tools of one server in the top k before other servers' tools
     /// (0: off, as in the gateway).
