@@ -283,7 +283,8 @@ pub fn self_description<'a>(
     let mut text = own;
     if !names.is_empty() {
         if !text.is_empty() {
-            text.push_str(if text.ends_with('.') { " " } else { ". " });
+            let ended = text.ends_with('.') || text.ends_with('…');
+            text.push_str(if ended { " " } else { ". " });
         }
         text.push_str("Tools: ");
         text.push_str(&names.join(", "));
