@@ -69,7 +69,9 @@ use suggestion::Candidate;
 pub struct ServerTools {
     /// The configured server name; valid by precondition: `[A-Za-z0-9_-]`, no `__`, unique.
     pub server: ServerName,
-    /// Shown to the search index and to models that ask what a server is for.
+    /// For the search index (BM25's server-description field, the embedding text): the
+    /// configured description, or the gateway's [`self_description`] of a server that has
+    /// none.
     pub description: Option<String>,
     /// Raw MCP `Tool` objects as received. Each is an `Arc` so that the catalog's
     /// [`ToolEntry::raw`] is the same object as the caller's (the upstream's last good list),
