@@ -294,6 +294,7 @@ mod tests {
             filter: &filter,
             needs: false,
             caution,
+            rerank: Default::default(),
         };
         let outcome = catalog.search_with(&request);
         outcome

@@ -57,8 +57,8 @@ pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation
 pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
-    Explanation, Filter, Scoring, SearchHit, SearchOutcome, SearchRequest, Sources, Strategy,
-    split_request,
+    Explanation, Filter, Rerank, Scoring, SearchHit, SearchOutcome, SearchRequest, ServerPrior,
+    Sources, Strategy, VECTOR_FEEDBACK, self_description, split_request,
 };
 
 use naming::Namer;
@@ -69,7 +69,9 @@ use suggestion::Candidate;
 pub struct ServerTools {
     /// The configured server name; valid by precondition: `[A-Za-z0-9_-]`, no `__`, unique.
     pub server: ServerName,
-    /// Shown to the search index and to models that ask what a server is for.
+    /// For the search index (BM25's server-description field, the embedding text): the
+    /// configured description, or the gateway's [`self_description`] of a server that has
+    /// none.
     pub description: Option<String>,
     /// Raw MCP `Tool` objects as received. Each is an `Arc` so that the catalog's
     /// [`ToolEntry::raw`] is the same object as the caller's (the upstream's last good list),
@@ -189,6 +191,12 @@ struct Lexical {
     /// Server names and descriptions in the given order, each once.
     servers: Vec<(ServerName, Option<String>)>,
     index: Bm25Index,
+    /// Each tool's server, as its position in `servers`.
+    server_of: Vec<u32>,
+    /// BM25 over each server's whole text, in `servers` order; built on first use
+    /// ([`ServerPrior::lexical`]).
+    server_index: OnceLock<Bm25Index>,
+    options: IndexOptions,
     total_token_cost: usize,
     /// Each tool's argument validator, in [`Catalog::tools`] order, compiled on first use.
     /// Shared by clones of this snapshot (the tools, hence the schemas, are the same).
@@ -297,6 +305,13 @@ impl Catalog {
         }
         let total_token_cost = tools.iter().map(|t| t.token_cost).sum();
         let validators = tools.iter().map(|_| OnceLock::new()).collect();
+        let server_of = tools
+            .iter()
+            .map(|tool| {
+                let at = listed.iter().position(|(name, _)| *name == tool.server);
+                at.map_or(u32::MAX, |at| at as u32)
+            })
+            .collect();
         let catalog = Catalog {
             lexical: Arc::new(Lexical {
                 tools,
@@ -304,6 +319,9 @@ impl Catalog {
                 aliases,
                 servers: listed,
                 index,
+                server_of,
+                server_index: OnceLock::new(),
+                options: options.clone(),
                 total_token_cost,
                 validators,
             }),
@@ -444,6 +462,7 @@ impl Catalog {
             filter,
             needs: false,
             caution: false,
+            rerank: Rerank::default(),
         })
         .hits
     }
@@ -474,16 +493,20 @@ impl Catalog {
                 .iter()
                 .any(|query| caution::asks_for_change(query));
         let top_k = request.top_k + if caution { caution::DEMOTION } else { 0 };
-        let depth = if request.queries.len() == 1 {
-            top_k
-        } else {
+        let depth = if request.queries.len() > 1 {
             top_k.max(MULTI_QUERY_DEPTH)
+        } else if request.rerank.servers.is_some() {
+            // A server's standing is read from its tools' places: all of them.
+            usize::MAX
+        } else {
+            top_k
         };
         let mut rankings: Vec<Vec<Hit>> = (0..request.queries.len())
             .map(|at| self.rank_query(request, strategy, at, depth, &keep, &key).0)
             .collect();
         let mut ranked = if rankings.len() == 1 {
-            rankings.pop().unwrap_or_default()
+            let ranked = rankings.pop().unwrap_or_default();
+            self.rerank(request, ranked, top_k)
         } else {
             // A request split into its needs ranks like the caller's own `queries`: the best
             // of every need first (`mcpgw eval --split-needs`; off in the gateway, since it
@@ -509,6 +532,55 @@ impl Catalog {
             .take(request.top_k)
             .collect();
         SearchOutcome { hits, degraded }
+    }
+
+    /// [`SearchRequest::rerank`]'s server prior, diversity and de-duplication applied to one
+    /// query's ranking, in that order.
+    fn rerank(&self, request: &SearchRequest<'_>, mut ranked: Vec<Hit>, top_k: usize) -> Vec<Hit> {
+        let rerank = &request.rerank;
+        let server_of = |doc: DocId| {
+            self.lexical
+                .server_of
+                .get(doc as usize)
+                .copied()
+                .unwrap_or(u32::MAX)
+        };
+        if let Some(servers) = rerank.servers {
+            ranked = if servers.lexical {
+                let ranks = self.server_ranks(request.queries[0].as_str());
+                retrieval::apply_prior(&ranked, &server_of, &ranks, &servers.prior)
+            } else {
+                retrieval::group_prior(&ranked, &server_of, &servers.prior)
+            };
+        }
+        if let Some(cap) = rerank.per_server {
+            ranked = retrieval::cap_per_group(&ranked, &server_of, cap, request.top_k);
+        }
+        if let (Some(threshold), Some(vectors)) = (rerank.dedup, self.vectors.as_ref()) {
+            ranked = dedup(&ranked, &vectors.index, threshold, request.top_k);
+        }
+        ranked.truncate(top_k);
+        ranked
+    }
+
+    /// Each server's rank (from 1) by BM25 over its whole text; servers that share no term
+    /// with the query are left out.
+    fn server_ranks(&self, query: &str) -> HashMap<u32, usize> {
+        let lexical = &*self.lexical;
+        let index = lexical.server_index.get_or_init(|| {
+            let documents = server_documents(&lexical.tools, &lexical.servers);
+            Bm25Index::build_with(
+                &documents,
+                &lexical.options.bm25,
+                lexical.options.analyzer.clone(),
+            )
+        });
+        index
+            .rank(query, &|_| true)
+            .into_iter()
+            .enumerate()
+            .map(|(at, hit)| (hit.doc, at + 1))
+            .collect()
     }
 
     /// One query's ranking (the `at`th of `request`) and how its scores were made. A single
@@ -577,12 +649,57 @@ impl Catalog {
                     bm25_weight: 1.0 - vector_weight,
                     vector_weight,
                 };
-                (
-                    hybrid.fuse_top(&lexical, &semantic, terms, key, depth),
-                    scoring,
-                )
+                let fused = hybrid.fuse_top(&lexical, &semantic, terms, key, depth);
+                let moved = match (request.rerank.vector_feedback, fused.first()) {
+                    (Some(beta), Some(best)) => self.rocchio(request, at, best.doc, beta),
+                    _ => None,
+                };
+                match moved {
+                    Some(vector) => {
+                        let semantic = self.vectors.as_ref().map_or_else(Vec::new, |vectors| {
+                            hybrid
+                                .strong(&vectors.index.rank(&vector, keep))
+                                .into_owned()
+                        });
+                        (
+                            hybrid.fuse_top(&lexical, &semantic, terms, key, depth),
+                            scoring,
+                        )
+                    }
+                    None => (fused, scoring),
+                }
             }
         }
+    }
+
+    /// The `at`th query vector moved towards the vector of tool `best` (Rocchio): `q + beta
+    /// * v`, both unit length; `None` without vectors or with a weight that is not finite.
+    fn rocchio(
+        &self,
+        request: &SearchRequest<'_>,
+        at: usize,
+        best: DocId,
+        beta: f32,
+    ) -> Option<Vec<f32>> {
+        let index = &self.vectors.as_ref()?.index;
+        let query = request.query_vectors?.get(at)?;
+        let tool = index.vector(best)?;
+        if !beta.is_finite() || query.len() != tool.len() {
+            return None;
+        }
+        let norm = query
+            .iter()
+            .map(|x| x * x)
+            .sum::<f32>()
+            .sqrt()
+            .max(f32::MIN_POSITIVE);
+        Some(
+            query
+                .iter()
+                .zip(tool)
+                .map(|(q, t)| q / norm + beta * t)
+                .collect(),
+        )
     }
 
     /// What stands behind the hits of [`Catalog::search_with`] for the same request: how their
@@ -621,9 +738,28 @@ impl Catalog {
             _ => None,
         };
         let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
+        // The vector list as the fusion used it: with vector feedback, the moved query's.
+        let moved = match (scoring, request.rerank.vector_feedback) {
+            (Scoring::Fused { .. }, Some(beta)) => {
+                let first_pass = SearchRequest {
+                    rerank: Rerank {
+                        vector_feedback: None,
+                        ..request.rerank
+                    },
+                    ..request.clone()
+                };
+                let (first, _) = self.rank_query(&first_pass, strategy, 0, 1, &keep, &key);
+                first
+                    .first()
+                    .and_then(|best| self.rocchio(request, 0, best.doc, beta))
+            }
+            _ => None,
+        };
         let semantic = match (
             self.vectors.as_ref(),
-            request.query_vectors.and_then(|vectors| vectors.first()),
+            moved
+                .as_ref()
+                .or_else(|| request.query_vectors.and_then(|vectors| vectors.first())),
         ) {
             (Some(vectors), Some(vector)) if strategy.needs_vectors() => positions(
                 request
@@ -749,6 +885,56 @@ fn documents(tools: &[ToolEntry], servers: &[(ServerName, Option<String>)]) -> V
         .iter()
         .map(|tool| search::document(tool, descriptions.get(tool.server.as_str()).copied()))
         .collect()
+}
+
+/// One document per server: its name, its description, and every tool's name and
+/// description, for ranking servers as wholes ([`ServerPrior::lexical`]).
+fn server_documents(
+    tools: &[ToolEntry],
+    servers: &[(ServerName, Option<String>)],
+) -> Vec<Document> {
+    servers
+        .iter()
+        .map(|(name, description)| {
+            let mut fields = vec![(retrieval::Field::Name, name.to_string())];
+            if let Some(description) = description.as_deref().filter(|d| !d.is_empty()) {
+                fields.push((retrieval::Field::ServerDescription, description.to_string()));
+            }
+            for tool in tools.iter().filter(|tool| tool.server == *name) {
+                fields.push((retrieval::Field::Description, tool.upstream_name.clone()));
+                fields.push((retrieval::Field::Description, tool.description.clone()));
+            }
+            Document {
+                key: name.to_string(),
+                fields,
+            }
+        })
+        .collect()
+}
+
+/// Walking down the first `window` hits, a hit whose vector has a cosine similarity of at
+/// least `threshold` with a hit already placed moves to the end of the window.
+fn dedup(ranked: &[Hit], index: &VectorIndex, threshold: f32, window: usize) -> Vec<Hit> {
+    let window = window.min(ranked.len());
+    let mut placed: Vec<Hit> = Vec::with_capacity(ranked.len());
+    let mut held = Vec::new();
+    for hit in &ranked[..window] {
+        let near = index.vector(hit.doc).is_some_and(|vector| {
+            placed.iter().any(|other| {
+                index.vector(other.doc).is_some_and(|o| {
+                    vector.iter().zip(o).map(|(a, b)| a * b).sum::<f32>() >= threshold
+                })
+            })
+        });
+        if near {
+            held.push(*hit);
+        } else {
+            placed.push(*hit);
+        }
+    }
+    placed.extend(held);
+    placed.extend_from_slice(&ranked[window..]);
+    placed
 }
 
 impl Default for Catalog {
@@ -1174,6 +1360,7 @@ mod tests {
             filter,
             needs: false,
             caution: false,
+            rerank: Default::default(),
         }
     }
 

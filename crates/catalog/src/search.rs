@@ -11,7 +11,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use retrieval::{Document, Feedback, Field, Hybrid};
+use retrieval::{Document, Feedback, Field, GroupPrior, Hybrid};
 
 use crate::entry::{Error, ToolEntry};
 
@@ -99,6 +99,42 @@ pub struct SearchRequest<'a> {
     /// Read before write: unless the request asks to change something, tools that may
     /// delete, reset or overwrite move [`crate::caution::DEMOTION`] places down.
     pub caution: bool,
+    /// Reorderings measured with `mcpgw eval` (server prior, vector feedback, diversity);
+    /// all off by default (the gateway turns on [`Rerank::vector_feedback`]).
+    pub rerank: Rerank,
+}
+
+/// The default weight of [`Rerank::vector_feedback`]: chosen on three sets and checked on the
+/// fourth (docs/retrieval.md, round three).
+pub const VECTOR_FEEDBACK: f32 = 0.1;
+
+/// Reorderings of a single query's ranking, each measured on the four labelled sets
+/// (docs/retrieval.md, "Round three"). `Default` is all off; the gateway serves
+/// [`Rerank::vector_feedback`] at [`VECTOR_FEEDBACK`] (`[retrieval] vector_feedback`) and
+/// nothing else, which lost or moved nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rerank {
+    /// Server-aware ranking: the server's rank as a prior on its tools' scores, or the best
+    /// servers' tools first. Neutral with one server.
+    pub servers: Option<ServerPrior>,
+    /// Rocchio feedback for the vector side of a hybrid search: the query vector plus this
+    /// weight times the vector of the first pass's best hit, ranked and fused again.
+    pub vector_feedback: Option<f32>,
+    /// Diversity: at most this many tools of one server in the top `top_k` before the other
+    /// servers' tools. Neutral with one server.
+    pub per_server: Option<usize>,
+    /// De-duplication: in the top `top_k`, a tool whose vector has at least this cosine
+    /// similarity with a higher hit's moves to the end of the top `top_k`.
+    pub dedup: Option<f32>,
+}
+
+/// Where a server's rank comes from, and how it weighs on its tools.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServerPrior {
+    pub prior: GroupPrior,
+    /// Rank the servers by BM25 over each server's whole text (name, description, every
+    /// tool's name and description) instead of by their tools' places in the ranking.
+    pub lexical: bool,
 }
 
 /// The queries to search for one request: the request itself, then its needs when it splits
@@ -201,6 +237,62 @@ pub struct Explanation {
     pub sources: Vec<Sources>,
 }
 
+/// Longest self-description kept from a server's own words (title, description,
+/// instructions), in characters; the tools' names come on top.
+pub const SELF_DESCRIPTION_CHARS: usize = 600;
+
+/// How many tool names a self-description lists.
+pub const SELF_DESCRIPTION_TOOLS: usize = 30;
+
+/// A description for a server that has none configured, from what it said about itself at
+/// initialisation (`serverInfo.title` and `.description`, the `instructions`) and its tools'
+/// names (split into words), for BM25's server-description field and the embedding text.
+/// Its own words are cut at [`SELF_DESCRIPTION_CHARS`] (at a word boundary), the names after
+/// [`SELF_DESCRIPTION_TOOLS`]. `None` when there is nothing to say.
+pub fn self_description<'a>(
+    title: Option<&str>,
+    description: Option<&str>,
+    instructions: Option<&str>,
+    tool_names: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let mut own = String::new();
+    for part in [title, description, instructions].into_iter().flatten() {
+        let part = part.split_whitespace().collect::<Vec<_>>().join(" ");
+        if part.is_empty() || own.contains(&part) {
+            continue;
+        }
+        if !own.is_empty() {
+            own.push_str(if own.ends_with('.') { " " } else { ". " });
+        }
+        own.push_str(&part);
+    }
+    if own.chars().count() > SELF_DESCRIPTION_CHARS {
+        let cut: String = own.chars().take(SELF_DESCRIPTION_CHARS).collect();
+        own = match cut.rfind(' ') {
+            Some(at) => cut[..at].to_string(),
+            None => cut,
+        };
+        own.push('…');
+    }
+    let names: Vec<String> = tool_names
+        .into_iter()
+        .map(crate::embedding::words)
+        .filter(|name| !name.is_empty())
+        .take(SELF_DESCRIPTION_TOOLS)
+        .collect();
+    let mut text = own;
+    if !names.is_empty() {
+        if !text.is_empty() {
+            let ended = text.ends_with('.') || text.ends_with('…');
+            text.push_str(if ended { " " } else { ". " });
+        }
+        text.push_str("Tools: ");
+        text.push_str(&names.join(", "));
+        text.push('.');
+    }
+    (!text.is_empty()).then_some(text)
+}
+
 /// The search document of `tool`. The key is the qualified name, so ties break the same way
 /// on every run.
 pub(crate) fn document(tool: &ToolEntry, server_description: Option<&str>) -> Document {
@@ -247,4 +339,41 @@ pub(crate) fn properties(schema: &Value) -> impl Iterator<Item = (&str, &Value)>
         .into_iter()
         .flatten()
         .map(|(name, sub)| (name.as_str(), sub))
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    #[test]
+    fn self_description_joins_what_a_server_says_and_its_tool_names() {
+        let text = self_description(
+            Some("Household ledger"),
+            None,
+            Some("Keeps the accounts:\n  invoices and reimbursements"),
+            ["put_entry", "listEntries"],
+        );
+        expect!["Household ledger. Keeps the accounts: invoices and reimbursements. Tools: put entry, list Entries."]
+            .assert_eq(text.as_deref().unwrap_or_default());
+        // A title repeated in the instructions is said once; no words and no tools, nothing.
+        let text = self_description(Some("Ledger"), Some("Ledger"), None, []);
+        assert_eq!(text.as_deref(), Some("Ledger"));
+        assert_eq!(self_description(None, Some("  "), None, []), None);
+    }
+
+    #[test]
+    fn self_description_is_bounded() {
+        let long = "word ".repeat(1000);
+        let names: Vec<String> = (0..100).map(|at| format!("tool_{at}")).collect();
+        let text = self_description(None, None, Some(&long), names.iter().map(String::as_str))
+            .unwrap_or_default();
+        let (own, tools) = text.split_once(" Tools: ").unwrap_or_default();
+        assert!(
+            own.ends_with('…') && own.chars().count() <= SELF_DESCRIPTION_CHARS + 1,
+            "{own}"
+        );
+        assert_eq!(tools.split(", ").count(), SELF_DESCRIPTION_TOOLS);
+    }
 }

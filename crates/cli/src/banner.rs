@@ -152,6 +152,7 @@ mod tests {
             protocol_version: None,
             server_name: None,
             server_version: None,
+            about: Default::default(),
             tool_count: tools,
             connect_ms: None,
             last_error: None,

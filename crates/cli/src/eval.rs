@@ -10,14 +10,14 @@ use anyhow::{Context, anyhow};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use indicatif::ProgressBar;
 
-use catalog::{EmbeddingText, IndexOptions, Strategy};
+use catalog::{EmbeddingText, IndexOptions, Rerank, ServerPrior, Strategy};
 use embed::Embedder;
 use embed::local::{LoadOptions, LocalModel};
 // `::eval` is the crate; this module shares its name.
 use ::eval::{
     Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
 };
-use retrieval::{Adaptive, Feedback, Field, Hybrid, Language};
+use retrieval::{Adaptive, Feedback, Field, GroupPrior, GroupScore, Hybrid, Language};
 
 use crate::{Failure, render};
 
@@ -130,6 +130,29 @@ pub(crate) struct Args {
     /// Apply feedback to the BM25 list inside hybrid fusion too (off in the gateway).
     #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
     feedback_fusion: bool,
+    /// Server-aware ranking to measure: a server's rank as a prior on its tools, the server
+    /// ranked by its best tool (best), the sum of its tools' reciprocal ranks (sum) or BM25
+    /// over its whole text (bm25); off as in the gateway.
+    #[arg(long, default_value = "off", value_name = "off|best|sum|bm25")]
+    server_prior: String,
+    /// With --server-prior: the prior's weight (0 to 1).
+    #[arg(long, default_value_t = 0.3)]
+    server_weight: f32,
+    /// With --server-prior: two-stage, the tools of the best N servers first (0: off).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    server_stages: usize,
+    /// Rocchio feedback on the vector side of hybrid: the query vector plus this weight times
+    /// the first pass's best hit's vector, as the gateway does (0: off).
+    #[arg(long, default_value_t = catalog::VECTOR_FEEDBACK, value_name = "BETA")]
+    vector_feedback: f32,
+    /// Diversity: at most N tools of one server in the top k before other servers' tools
+    /// (0: off, as in the gateway).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    per_server: usize,
+    /// De-duplication: a tool whose vector is at least this similar (cosine) to a higher
+    /// hit's moves to the end of the top k (off by default).
+    #[arg(long, value_name = "COSINE")]
+    dedup: Option<f32>,
 }
 
 /// `on` or `off` (also `true`/`false`).
@@ -224,6 +247,12 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
         split_needs: args.split_needs,
         needs_vectors: args.needs_vectors,
         caution: args.caution,
+        rerank: Rerank {
+            servers: server_prior(&args)?,
+            vector_feedback: (args.vector_feedback != 0.0).then_some(args.vector_feedback),
+            per_server: (args.per_server > 0).then_some(args.per_server),
+            dedup: args.dedup,
+        },
         ..::eval::Options::default()
     };
 
@@ -313,12 +342,36 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 limit: args.limit,
                 bm25: bm25_words(&options.index),
                 embedding_text: args.embed_server.clone(),
+                rerank: format!("{:?}", options.rerank),
             },
             sets: reports,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
+}
+
+/// `--server-prior` and its weight and stages.
+fn server_prior(args: &Args) -> Result<Option<ServerPrior>, Failure> {
+    let (score, lexical) = match args.server_prior.as_str() {
+        "off" => return Ok(None),
+        "best" => (GroupScore::Best, false),
+        "sum" => (GroupScore::Sum, false),
+        "bm25" => (GroupScore::Best, true),
+        other => {
+            return Err(Failure::usage(anyhow!(
+                "--server-prior must be off, best, sum or bm25, not `{other}`"
+            )));
+        }
+    };
+    Ok(Some(ServerPrior {
+        prior: GroupPrior {
+            score,
+            weight: args.server_weight,
+            stages: args.server_stages,
+        },
+        lexical,
+    }))
 }
 
 fn strategies(flag: &str) -> Result<Vec<Strategy>, Failure> {

@@ -70,6 +70,7 @@ pub(crate) struct RetrievalFile {
     pub min_similarity: Option<f64>,
     pub adaptive: Option<bool>,
     pub feedback: Option<bool>,
+    pub vector_feedback: Option<bool>,
     pub embedder: Option<EmbedderFile>,
 }
 

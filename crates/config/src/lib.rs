@@ -239,6 +239,9 @@ pub struct RetrievalConfig {
     pub adaptive: bool,
     /// Pseudo-relevance feedback (`retrieval::Feedback`) where BM25 answers alone.
     pub feedback: bool,
+    /// Rocchio feedback on the vector side of hybrid (`catalog::Rerank::vector_feedback`):
+    /// the query vector moves toward the first pass's best hit.
+    pub vector_feedback: bool,
     pub embedder: EmbedderConfig,
 }
 
@@ -253,6 +256,8 @@ impl Default for RetrievalConfig {
             // Both won on every set, cross-validated (docs/retrieval.md, round two).
             adaptive: true,
             feedback: true,
+            // Round three: small gains on three sets, neutral on the fourth, cross-validated.
+            vector_feedback: true,
             embedder: EmbedderConfig::Local {
                 model: DEFAULT_LOCAL_MODEL.to_owned(),
                 path: None,

@@ -273,6 +273,7 @@ impl Validator {
             min_similarity,
             adaptive: file.adaptive.unwrap_or(default.adaptive),
             feedback: file.feedback.unwrap_or(default.feedback),
+            vector_feedback: file.vector_feedback.unwrap_or(default.vector_feedback),
             embedder,
         }
     }

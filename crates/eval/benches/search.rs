@@ -164,6 +164,7 @@ fn request<'a>(
         filter,
         needs: false,
         caution: true,
+        rerank: Default::default(),
     }
 }
 

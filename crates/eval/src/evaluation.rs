@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use catalog::{Catalog, EmbeddingText, Filter, IndexOptions, SearchRequest, Strategy};
+use catalog::{Catalog, EmbeddingText, Filter, IndexOptions, Rerank, SearchRequest, Strategy};
 use embed::{Embedder, TextKind};
 use retrieval::{Bm25Index, Feedback, Hybrid};
 
@@ -48,6 +48,8 @@ pub struct Options {
     pub feedback: Option<Feedback>,
     /// [`SearchRequest::feedback_in_fusion`].
     pub feedback_in_fusion: bool,
+    /// [`SearchRequest::rerank`].
+    pub rerank: Rerank,
 }
 
 impl Default for Options {
@@ -65,6 +67,7 @@ impl Default for Options {
             caution: true,
             feedback: None,
             feedback_in_fusion: false,
+            rerank: Rerank::default(),
         }
     }
 }
@@ -486,6 +489,7 @@ fn run(
             filter: &filter,
             needs: texts.len() > 1,
             caution: options.caution,
+            rerank: options.rerank,
         };
         let started = Instant::now();
         let outcome = catalog.search_with(&request);

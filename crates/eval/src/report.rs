@@ -34,6 +34,8 @@ pub struct Settings {
     pub bm25: String,
     /// What the tool embedding text holds besides the tool (`tool`, `tool+server`, ...).
     pub embedding_text: String,
+    /// The reorderings measured ([`catalog::Rerank`], in its debug form).
+    pub rerank: String,
 }
 
 /// One set, every strategy.

@@ -271,6 +271,7 @@ impl Everyday {
             filter: &filter,
             needs: false,
             caution,
+            rerank: Default::default(),
         };
         let outcome = self.catalog.search_with(&request);
         assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);

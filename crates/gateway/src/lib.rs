@@ -394,6 +394,12 @@ impl Gateway {
             // Read before write (catalog::caution): no figure moved on the four sets, and a
             // model that runs the first hit must not get a reset for a question.
             caution: true,
+            rerank: catalog::Rerank {
+                vector_feedback: retrieval
+                    .vector_feedback
+                    .then_some(catalog::VECTOR_FEEDBACK),
+                ..Default::default()
+            },
         };
         let outcome = catalog.search_with(&request);
         let explanation = search
@@ -642,15 +648,32 @@ impl Gateway {
             .upstreams
             .servers()
             .iter()
-            .map(|server| ServerTools {
-                server: server.name().to_owned(),
-                description: server.config().description.clone(),
+            .map(|server| {
                 // An OAuth server's list may come from any principal's session.
-                tools: self
+                let tools = self
                     .upstreams
                     .latest_tools(server.name())
                     .map(|tools| tools.to_vec())
-                    .unwrap_or_default(),
+                    .unwrap_or_default();
+                // A server without a configured description (every server of a Claude
+                // Desktop file) is described by what it said at initialisation and its
+                // tools' names: search only, never shown to a model.
+                let description = server.config().description.clone().or_else(|| {
+                    let about = server.status().about;
+                    catalog::self_description(
+                        about.title.as_deref(),
+                        about.description.as_deref(),
+                        about.instructions.as_deref(),
+                        tools.iter().filter_map(|tool| {
+                            tool.get("name").and_then(serde_json::Value::as_str)
+                        }),
+                    )
+                });
+                ServerTools {
+                    server: server.name().to_owned(),
+                    description,
+                    tools,
+                }
             })
             .collect();
         let lists = pinning::check(self, lists).await;

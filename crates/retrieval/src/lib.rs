@@ -8,7 +8,9 @@
 //! document is ranked). [`fuse`] combines full-depth rankings by weighted RRF, and
 //! [`Hybrid`] is the lexical/semantic policy on top (balance, query-dependent [`Adaptive`]
 //! weights, minimum similarity). [`Bm25Index::rank_with`] adds pseudo-relevance
-//! [`Feedback`] (RM3).
+//! [`Feedback`] (RM3). [`group_prior`] and [`cap_per_group`] reorder a ranking by the
+//! documents' groups (a catalog's servers): the group's standing as a prior, best groups
+//! first, or at most so many documents of one group in the head.
 //!
 //! Architecture invariants:
 //! - No MCP, no IO, no async, no serde: documents arrive as plain strings, results leave
@@ -27,6 +29,7 @@ mod analyzer;
 mod bm25;
 mod document;
 mod english;
+mod groups;
 mod hybrid;
 mod needs;
 mod vector;
@@ -34,6 +37,7 @@ mod vector;
 pub use analyzer::{Analyzer, Language, tokenize};
 pub use bm25::{Bm25Index, Bm25Params, FEEDBACK_DOC_TERMS, Feedback, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
+pub use groups::{GroupPrior, GroupScore, apply_prior, cap_per_group, group_prior, group_ranks};
 pub use hybrid::{ADAPTIVE_RANGE, Adaptive, Hybrid, RRF_K, fuse, fuse_top};
 pub use needs::{MAX_NEEDS, split_needs};
 pub use vector::{VectorError, VectorIndex};

@@ -144,6 +144,12 @@ impl VectorIndex {
         self.keys.get(doc as usize).map(String::as_str)
     }
 
+    /// The unit-normalised vector of `doc` (all zeros for a zero input vector).
+    pub fn vector(&self, doc: DocId) -> Option<&[f32]> {
+        let start = (doc as usize).checked_mul(self.dim)?;
+        self.data.get(start..start + self.dim)
+    }
+
     /// Full-depth ranking: every document that passes `keep`, by cosine similarity to `query`
     /// descending, ties by key ascending, then by `DocId`. `keep` is asked once per document,
     /// before scoring.

@@ -290,12 +290,25 @@ pub(crate) fn is_modern(session: &Session) -> bool {
 }
 
 /// A live session and what was negotiated.
+/// What a server says about itself when it initialises: untrusted text, for the search index
+/// (a server without a configured description is found by it), never shown to a model as an
+/// instruction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct About {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub instructions: Option<String>,
+}
+
 pub(crate) struct Connected {
     pub session: Session,
     pub era: Era,
     pub protocol_version: String,
     pub server_name: Option<String>,
     pub server_version: Option<String>,
+    /// What the server says about itself at initialisation: `serverInfo.title`,
+    /// `serverInfo.description` and the result's `instructions`.
+    pub about: About,
     /// Legacy SSE only: whether the stream ended on an event over the size limit.
     pub oversized: Option<Oversized>,
     /// stdio only: the lane for plain calls past rmcp's service loop.
@@ -475,12 +488,24 @@ async fn connect_with(
         .and_then(|i| i.server_info.as_ref())
         .map(|s| (Some(s.name.clone()), Some(s.version.clone())))
         .unwrap_or((None, None));
+    let about = About {
+        title: info
+            .as_ref()
+            .and_then(|i| i.server_info.as_ref())
+            .and_then(|s| s.title.clone()),
+        description: info
+            .as_ref()
+            .and_then(|i| i.server_info.as_ref())
+            .and_then(|s| s.description.clone()),
+        instructions: info.as_ref().and_then(|i| i.instructions.clone()),
+    };
     Ok(Connected {
         session,
         era,
         protocol_version,
         server_name,
         server_version,
+        about,
         oversized,
         express,
     })

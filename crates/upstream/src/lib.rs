@@ -52,6 +52,7 @@ use std::{
 };
 
 pub use call::{Answer, Ask, Asked, CallOptions, Progress, TraceContext};
+pub use connect::About;
 pub use error::UpstreamError;
 use ids::{PrincipalId, ServerName};
 use oauth::OAuthStore;

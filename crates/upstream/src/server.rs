@@ -116,6 +116,10 @@ pub struct ServerStatus {
     pub protocol_version: Option<String>,
     pub server_name: Option<String>,
     pub server_version: Option<String>,
+    /// What the server said about itself at initialisation (title, description,
+    /// instructions); for the search index, not part of the status document.
+    #[serde(skip)]
+    pub about: crate::connect::About,
     pub tool_count: Option<usize>,
     /// How long the last successful connect took.
     pub connect_ms: Option<u64>,
@@ -217,6 +221,7 @@ impl Server {
                 protocol_version: None,
                 server_name: None,
                 server_version: None,
+                about: Default::default(),
                 tool_count: None,
                 connect_ms: None,
                 last_error: None,
@@ -591,6 +596,7 @@ impl Server {
         status.protocol_version = Some(connected.protocol_version.clone());
         status.server_name = connected.server_name.clone();
         status.server_version = connected.server_version.clone();
+        status.about = connected.about.clone();
         status.connect_ms = Some(started.elapsed().as_millis() as u64);
         status.last_change = Some(SystemTime::now());
     }

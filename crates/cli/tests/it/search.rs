@@ -347,3 +347,37 @@ fn results_carry_signatures_and_a_call_without_its_arguments_is_still_refused() 
         "{refused}"
     );
 }
+
+#[test]
+fn a_server_without_a_description_is_found_by_its_own_instructions() {
+    // "reimbursements" is only in the fixture's initialize instructions: not in its tool's
+    // name, description or parameters, and the configuration gives no description.
+    let described = format!(
+        "[[servers]]\nname = \"ledger\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}] }}\n",
+        venv_bin("python"),
+        repo_root()
+            .join("tests/fixtures/described_server.py")
+            .display()
+            .to_string()
+    );
+    let config = write_config(&format!(
+        "[retrieval]\nstrategy = \"bm25\"\n\n{described}\n{}",
+        time_stdio_server("time")
+    ));
+    let report = py_client_stdio(
+        &config,
+        "modern",
+        json!([
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "file my reimbursements", "top_k": 3}},
+            {"op": "call_tool", "name": "search_tools", "arguments": {"query": "household ledger", "top_k": 3}},
+        ]),
+    );
+    let steps = report["steps"].as_array().expect("steps");
+    for step in steps {
+        assert_eq!(
+            names(step).first().map(String::as_str),
+            Some("ledger__put_entry"),
+            "{step}"
+        );
+    }
+}
