@@ -238,22 +238,22 @@ pub struct Explanation {
 }
 
 /// Longest self-description kept from a server's own words (title, description,
-/// instructions), in characters; the tools' names come on top.
+/// instructions), in characters.
 pub const SELF_DESCRIPTION_CHARS: usize = 600;
 
-/// How many tool names a self-description lists.
-pub const SELF_DESCRIPTION_TOOLS: usize = 30;
-
 /// A description for a server that has none configured, from what it said about itself at
-/// initialisation (`serverInfo.title` and `.description`, the `instructions`) and its tools'
-/// names (split into words), for BM25's server-description field and the embedding text.
-/// Its own words are cut at [`SELF_DESCRIPTION_CHARS`] (at a word boundary), the names after
-/// [`SELF_DESCRIPTION_TOOLS`]. `None` when there is nothing to say.
-pub fn self_description<'a>(
+/// initialisation (`serverInfo.title` and `.description`, the `instructions`), for BM25's
+/// server-description field and the embedding text, cut at [`SELF_DESCRIPTION_CHARS`] (at a
+/// word boundary). `None` when there is nothing to say.
+///
+/// Its tools' names are not added: each tool's document has its own name already, and the
+/// names of its siblings would let every tool of the server match a query about any one of
+/// them, a tool held for approval included (a server's whole text as a prior lost on
+/// toollens, docs/retrieval.md).
+pub fn self_description(
     title: Option<&str>,
     description: Option<&str>,
     instructions: Option<&str>,
-    tool_names: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
     let mut own = String::new();
     for part in [title, description, instructions].into_iter().flatten() {
@@ -274,23 +274,7 @@ pub fn self_description<'a>(
         };
         own.push('…');
     }
-    let names: Vec<String> = tool_names
-        .into_iter()
-        .map(crate::embedding::words)
-        .filter(|name| !name.is_empty())
-        .take(SELF_DESCRIPTION_TOOLS)
-        .collect();
-    let mut text = own;
-    if !names.is_empty() {
-        if !text.is_empty() {
-            let ended = text.ends_with('.') || text.ends_with('…');
-            text.push_str(if ended { " " } else { ". " });
-        }
-        text.push_str("Tools: ");
-        text.push_str(&names.join(", "));
-        text.push('.');
-    }
-    (!text.is_empty()).then_some(text)
+    (!own.is_empty()).then_some(own)
 }
 
 /// The search document of `tool`. The key is the qualified name, so ties break the same way
@@ -348,32 +332,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn self_description_joins_what_a_server_says_and_its_tool_names() {
+    fn self_description_joins_what_a_server_says() {
         let text = self_description(
             Some("Household ledger"),
             None,
             Some("Keeps the accounts:\n  invoices and reimbursements"),
-            ["put_entry", "listEntries"],
         );
-        expect!["Household ledger. Keeps the accounts: invoices and reimbursements. Tools: put entry, list Entries."]
+        expect!["Household ledger. Keeps the accounts: invoices and reimbursements"]
             .assert_eq(text.as_deref().unwrap_or_default());
-        // A title repeated in the instructions is said once; no words and no tools, nothing.
-        let text = self_description(Some("Ledger"), Some("Ledger"), None, []);
+        // A title repeated in the instructions is said once; no words, nothing.
+        let text = self_description(Some("Ledger"), Some("Ledger"), None);
         assert_eq!(text.as_deref(), Some("Ledger"));
-        assert_eq!(self_description(None, Some("  "), None, []), None);
+        assert_eq!(self_description(None, Some("  "), None), None);
     }
 
     #[test]
     fn self_description_is_bounded() {
         let long = "word ".repeat(1000);
-        let names: Vec<String> = (0..100).map(|at| format!("tool_{at}")).collect();
-        let text = self_description(None, None, Some(&long), names.iter().map(String::as_str))
-            .unwrap_or_default();
-        let (own, tools) = text.split_once(" Tools: ").unwrap_or_default();
+        let text = self_description(None, None, Some(&long)).unwrap_or_default();
         assert!(
-            own.ends_with('…') && own.chars().count() <= SELF_DESCRIPTION_CHARS + 1,
-            "{own}"
+            text.ends_with('…') && text.chars().count() <= SELF_DESCRIPTION_CHARS + 1,
+            "{text}"
         );
-        assert_eq!(tools.split(", ").count(), SELF_DESCRIPTION_TOOLS);
     }
 }

@@ -656,17 +656,14 @@ impl Gateway {
                     .map(|tools| tools.to_vec())
                     .unwrap_or_default();
                 // A server without a configured description (every server of a Claude
-                // Desktop file) is described by what it said at initialisation and its
-                // tools' names: search only, never shown to a model.
+                // Desktop file) is described by what it said at initialisation: search
+                // only, never shown to a model.
                 let description = server.config().description.clone().or_else(|| {
                     let about = server.status().about;
                     catalog::self_description(
                         about.title.as_deref(),
                         about.description.as_deref(),
                         about.instructions.as_deref(),
-                        tools.iter().filter_map(|tool| {
-                            tool.get("name").and_then(serde_json::Value::as_str)
-                        }),
                     )
                 });
                 ServerTools {

@@ -148,8 +148,9 @@ pub struct Feedback {
     /// switches feedback off.
     pub weight: f32,
     /// The largest share of the index's documents an expansion term may occur in (`0.0..=1.0`);
-    /// a commoner term is skipped. Such a term tells little (its idf is low) and costs the most
-    /// (its postings are the longest, and every document they reach joins the ranking).
+    /// a commoner term is skipped, unless it is in at most [`FEEDBACK_CHEAP_DF`] documents.
+    /// Such a term tells little (its idf is low) and costs the most (its postings are the
+    /// longest, and every document they reach joins the ranking).
     pub max_df: f32,
 }
 
@@ -164,6 +165,10 @@ impl Default for Feedback {
         }
     }
 }
+
+/// Expansion terms in at most this many documents are kept whatever [`Feedback::max_df`] says:
+/// their postings are too short to cost anything.
+pub const FEEDBACK_CHEAP_DF: usize = 32;
 
 /// Terms kept per document for [`Feedback`]: the heaviest by field-weighted frequency.
 pub const FEEDBACK_DOC_TERMS: usize = 32;
@@ -467,10 +472,13 @@ impl Bm25Index {
                 _ => merged.push((term, p)),
             }
         }
-        // Terms in more than `max_df` of the documents are left out (see [`Feedback::max_df`]).
+        // Terms in more than `max_df` of the documents are left out (see [`Feedback::max_df`]),
+        // unless they are in at most FEEDBACK_CHEAP_DF: those cost nothing, so a small catalog
+        // keeps its whole expansion.
         let df = |term: u32| self.postings(term).len();
         let max_df = if feedback.max_df.is_finite() {
-            (f64::from(feedback.max_df.clamp(0.0, 1.0)) * self.len() as f64).ceil() as usize
+            let share = f64::from(feedback.max_df.clamp(0.0, 1.0)) * self.len() as f64;
+            (share.ceil() as usize).max(FEEDBACK_CHEAP_DF)
         } else {
             self.len()
         };
