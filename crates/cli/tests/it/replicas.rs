@@ -527,10 +527,14 @@ fn a_killed_replica_fails_only_its_calls_in_flight_and_each_visibly() {
     let url = proxy.url();
     let running = Arc::new(AtomicBool::new(true));
     let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    // Calls answered with the echo, before the kill (and its first second) and after.
+    let answered_early = Arc::new(AtomicUsize::new(0));
+    let answered_late = Arc::new(AtomicUsize::new(0));
     // 10 clients: 5 legacy sessions (their requests roam) and 5 2026-07-28 stateless ones.
     let clients: Vec<_> = (0..10)
         .map(|client| {
             let (url, running, killed_at) = (url.clone(), running.clone(), killed_at.clone());
+            let (answered_early, answered_late) = (answered_early.clone(), answered_late.clone());
             std::thread::spawn(move || {
                 let mut before = Tally::default();
                 let mut after = Tally::default();
@@ -556,7 +560,15 @@ fn a_killed_replica_fails_only_its_calls_in_flight_and_each_visibly() {
                     let tally = if late { &mut after } else { &mut before };
                     match status {
                         0 => tally.transport_errors += 1,
-                        200 if echoed(&body, &message) => tally.ok += 1,
+                        200 if echoed(&body, &message) => {
+                            tally.ok += 1;
+                            let answered = if late {
+                                &answered_late
+                            } else {
+                                &answered_early
+                            };
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
                         200 if body.contains("\"error\"") => tally.failed_with_response += 1,
                         200 => tally.wrong += 1,
                         _ => tally.failed_with_response += 1,
@@ -566,12 +578,22 @@ fn a_killed_replica_fails_only_its_calls_in_flight_and_each_visibly() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_secs(4));
+    // Under load on every replica before the kill: as many answered calls as the checks
+    // below ask of each side.
+    wait_until(
+        "100 calls answered before the kill",
+        Duration::from_secs(120),
+        || answered_early.load(Ordering::Relaxed) >= 100,
+    );
     let victim = cluster.replicas.remove(1);
     let in_flight_before = victim.health().map(|h| h["in_flight"].clone());
     signal(victim.proc.pid(), "KILL");
     *killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-    std::thread::sleep(Duration::from_secs(6));
+    wait_until(
+        "100 calls answered that started a second after the kill",
+        Duration::from_secs(120),
+        || answered_late.load(Ordering::Relaxed) >= 100,
+    );
     running.store(false, Ordering::Relaxed);
     let mut before = Tally::default();
     let mut after = Tally::default();
@@ -789,17 +811,22 @@ impl PrivatePostgres {
         format!("postgres://postgres@127.0.0.1:{}/mcpgw", self.port)
     }
 
-    /// Runs PostgreSQL program `program` as the cluster's owner.
-    fn run(&self, program: &str, args: &[&str]) {
+    /// PostgreSQL program `program`, to be run as the cluster's owner.
+    fn command(&self, program: &str) -> Command {
         let path = self.bin.join(program);
-        let mut command = if is_root() {
+        if is_root() {
             let mut command = Command::new("runuser");
             command.args(["-u", "postgres", "--"]).arg(&path);
             command
         } else {
             Command::new(&path)
-        };
-        let output = command
+        }
+    }
+
+    /// Runs PostgreSQL program `program` as the cluster's owner.
+    fn run(&self, program: &str, args: &[&str]) {
+        let output = self
+            .command(program)
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -859,15 +886,8 @@ impl PrivatePostgres {
 impl Drop for PrivatePostgres {
     fn drop(&mut self) {
         let data = self.data().display().to_string();
-        let path = self.bin.join("pg_ctl");
-        let mut command = if is_root() {
-            let mut command = Command::new("runuser");
-            command.args(["-u", "postgres", "--"]).arg(&path);
-            command
-        } else {
-            Command::new(&path)
-        };
-        let _ = command
+        let _ = self
+            .command("pg_ctl")
             .args(["-D", &data, "-m", "immediate", "-w", "stop"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
