@@ -111,10 +111,25 @@ pub(crate) struct StoreFile {
     pub path: Option<String>,
     pub url: Option<String>,
     pub key_file: Option<String>,
-    pub redis: Option<String>,
+    pub redis: Option<UrlFile>,
     /// Signed so that `0` or `-1` is a located range problem, not a type error.
     pub replicas: Option<i64>,
     pub replica: Option<String>,
+}
+
+/// A URL that may hold a password: written out, or `{ env = "VAR" }`, read from the
+/// environment when the configuration is loaded (a Kubernetes Secret, for example).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum UrlFile {
+    Plain(String),
+    Env(EnvRef),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnvRef {
+    pub env: String,
 }
 
 /// `[audit]`: how long the audit log keeps its rows. Signed so that `-1` is a located range

@@ -11,9 +11,9 @@ use crate::auth::{
     FLOW_AUTHORIZATION_PARAMS, FLOW_TOKEN_PARAMS, RESERVED_HEADERS, env_name_problem, is_loopback,
 };
 use crate::file::{
-    AuditFile, AuthFile, ConfigFile, EmbedderFile, GatewayFile, HeaderAuthFile, HttpFile,
+    AuditFile, AuthFile, ConfigFile, EmbedderFile, EnvRef, GatewayFile, HeaderAuthFile, HttpFile,
     NetworkFile, OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile,
-    TelemetryFile, TransportFile, ValueFile,
+    TelemetryFile, TransportFile, UrlFile, ValueFile,
 };
 use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
 use crate::value::looks_secret;
@@ -373,11 +373,12 @@ impl Validator {
 
     fn store(&mut self, mut file: StoreFile) -> StoreConfig {
         let redis = file.redis.take();
+        let redis_given = redis.is_some();
         let replicas = file.replicas.take();
         let mut config = self.store_location(file);
-        config.redis = redis.and_then(|url| self.redis_url(&url));
+        config.redis = redis.and_then(|url| self.redis_url(url));
         config.replicas = self.replicas(replicas);
-        self.check_replicas(&config);
+        self.check_replicas(&config, redis_given);
         config
     }
 
@@ -403,12 +404,13 @@ impl Validator {
 
     /// Several replicas share live state through Redis and their records through PostgreSQL:
     /// refused without either, rather than each replica quietly keeping its own.
-    fn check_replicas(&mut self, config: &StoreConfig) {
+    fn check_replicas(&mut self, config: &StoreConfig, redis_given: bool) {
         let replicas = config.replicas.get();
         if replicas < 2 {
             return;
         }
-        if config.redis.is_none() {
+        // A `redis` that is set but unusable has its own problem already.
+        if config.redis.is_none() && !redis_given {
             self.problems.push(
                 Problem::new(
                     "store.redis",
@@ -434,14 +436,31 @@ impl Validator {
         }
     }
 
-    /// `[store] redis`: `redis://[USER:PASSWORD@]HOST[:PORT][/DB]`. Problems never quote the
-    /// URL, which may hold a password.
-    fn redis_url(&mut self, url: &str) -> Option<RedisUrl> {
-        let url = url.trim();
+    /// `[store] redis`: `redis://[USER:PASSWORD@]HOST[:PORT][/DB]`, written out or read from
+    /// the environment variable `{ env = "VAR" }` names. Problems never quote the URL, which
+    /// may hold a password.
+    fn redis_url(&mut self, url: UrlFile) -> Option<RedisUrl> {
         let problem = |message: &str| {
             Problem::new("store.redis", message.to_owned())
                 .hint("use redis://HOST[:PORT][/DB], with `:PASSWORD@` before the host if Redis asks for one")
         };
+        let url = match url {
+            UrlFile::Plain(url) => url,
+            UrlFile::Env(EnvRef { env }) => match std::env::var(&env) {
+                Ok(url) => url,
+                Err(_) => {
+                    self.problems.push(
+                        Problem::new(
+                            "store.redis",
+                            format!("the environment variable {env} is not set (or not UTF-8)"),
+                        )
+                        .hint("set it to the Redis URL, redis://[:PASSWORD@]HOST[:PORT][/DB], in the gateway's environment"),
+                    );
+                    return None;
+                }
+            },
+        };
+        let url = url.trim();
         if url.starts_with("rediss://") {
             self.problems.push(problem(
                 "TLS to Redis (rediss://) is not supported yet; reach Redis on a private network or through a TLS tunnel",
@@ -1684,6 +1703,29 @@ strategy = "bm25"
             assert!(summary.contains(why), "{url}: {summary}");
             assert!(!summary.contains("hunter2"), "{url}: {summary}");
         }
+    }
+
+    #[test]
+    fn a_redis_url_can_come_from_the_environment() {
+        // A variable no test sets: named in the problem, and nothing else said of it.
+        let summary =
+            store_summary("[store]\nredis = { env = \"MCPGW_TEST_SURELY_UNSET_REDIS_URL\" }\n");
+        assert!(
+            summary.contains(
+                "store.redis: the environment variable MCPGW_TEST_SURELY_UNSET_REDIS_URL is not set"
+            ),
+            "{summary}"
+        );
+        // A variable every process has: read, then checked like a written URL (and not shown).
+        let path = std::env::var("PATH").expect("PATH");
+        let summary = store_summary("[store]\nredis = { env = \"PATH\" }\n");
+        assert!(
+            summary.contains("store.redis: not a Redis URL"),
+            "{summary}"
+        );
+        assert!(!summary.contains(&path), "{summary}");
+        let summary = store_summary("[store]\nredis = { env = \"PATH\", prefix = \"x\" }\n");
+        assert!(summary.contains("store.redis"), "{summary}");
     }
 
     #[test]

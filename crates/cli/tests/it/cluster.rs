@@ -61,12 +61,16 @@ impl Redis {
     }
 }
 
-/// A replica's configuration: `toml`, the loopback allowlist, and the shared store.
-fn replica_config(toml: &str, postgres: &str, redis: &str, replicas: u32) -> ConfigDir {
+/// The variable the replicas read Redis's URL from, as a deployment passes it from a secret.
+const REDIS_URL_VAR: &str = "MCPGW_REDIS_URL";
+
+/// A replica's configuration: `toml`, the loopback allowlist, and the shared store, its Redis
+/// URL read from [`REDIS_URL_VAR`].
+fn replica_config(toml: &str, postgres: &str, replicas: u32) -> ConfigDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mcpgw.toml");
     let text = format!(
-        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = {postgres:?}\nredis = {redis:?}\nreplicas = {replicas}\n"
+        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = {postgres:?}\nredis = {{ env = {REDIS_URL_VAR:?} }}\nreplicas = {replicas}\n"
     );
     std::fs::write(&path, text).expect("write config");
     ConfigDir { dir, path }
@@ -78,7 +82,7 @@ fn replicas(toml: &str, redis: &Redis, count: u32) -> Vec<Gateway> {
     let postgres = crate::database::postgres_schema();
     let started: Vec<Gateway> = (0..count)
         .map(|_| {
-            let config = replica_config(toml, &postgres, &redis.url(), count);
+            let config = replica_config(toml, &postgres, count);
             // With PostgreSQL the admin token goes to the user data directory: the replica's
             // own (see `admin_token`).
             // (The gateway does not create that directory itself: made here.)
@@ -87,6 +91,7 @@ fn replicas(toml: &str, redis: &Redis, count: u32) -> Vec<Gateway> {
             Gateway::start_with(config, "info,gateway::replicas=debug", |command| {
                 command
                     .env("MCPGW_SECRET_KEY", SECRET_KEY)
+                    .env(REDIS_URL_VAR, redis.url())
                     .env("XDG_DATA_HOME", data);
             })
         })
@@ -244,6 +249,7 @@ fn an_approval_pending_on_one_replica_is_decided_through_another_at_once() {
         .args(["approvals", "approve", &id, "--config"])
         .arg(b.log.with_file_name("mcpgw.toml"))
         .env("MCPGW_SECRET_KEY", SECRET_KEY)
+        .env(REDIS_URL_VAR, redis.url())
         .stdin(Stdio::null())
         .output()
         .expect("mcpgw approvals approve");

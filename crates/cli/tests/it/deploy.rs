@@ -76,13 +76,28 @@ fn kubernetes_configuration_is_a_valid_mcpgw_configuration() {
     let manifest = read("deploy/kubernetes/mcpgw.yaml");
     let toml = configmap_toml(&manifest);
     assert!(
-        toml.contains("[store]") && toml.contains("postgres://"),
+        toml.contains("[store]") && toml.contains("postgres://") && toml.contains("replicas = 3"),
         "{toml}"
+    );
+    assert!(
+        manifest.contains("replicas: 3") && manifest.contains("MCPGW_REDIS_URL:"),
+        "the Deployment's replicas match the configuration's, and the Secret has the Redis URL"
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mcpgw.toml");
     std::fs::write(&path, &toml).expect("write");
-    let checked = mcpgw_in(&path, &["config", "check"]);
+    // The Secret's variables, as the pod has them (`envFrom`).
+    let checked = Command::new(mcpgw())
+        .args(["config", "check", "--config"])
+        .arg(&path)
+        .env("MCPGW_REDIS_URL", "redis://:secret@redis.mcpgw.svc:6379/0")
+        .env(
+            "MCPGW_SECRET_KEY",
+            "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=",
+        )
+        .stdin(Stdio::null())
+        .output()
+        .expect("mcpgw runs");
     assert!(
         checked.status.success(),
         "{toml}\n{}{}",
