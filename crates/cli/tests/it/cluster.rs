@@ -21,13 +21,13 @@ use crate::harness::*;
 const SECRET_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 /// A `redis-server` of this test's own: no persistence, loopback only.
-struct Redis {
+pub(crate) struct Redis {
     proc: Option<Proc>,
     port: u16,
 }
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         let mut redis = Redis {
             proc: None,
             port: free_port(),
@@ -55,7 +55,7 @@ impl Redis {
         self.proc = None;
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 }
