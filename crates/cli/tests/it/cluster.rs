@@ -51,7 +51,7 @@ impl Redis {
         });
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.proc = None;
     }
 

@@ -762,7 +762,7 @@ fn on_port(url: &str, port: u16) -> String {
 
 #[test]
 fn a_signin_started_on_one_replica_finishes_on_another_once() {
-    let redis = crate::cluster::Redis::start();
+    let mut redis = crate::cluster::Redis::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let fixture = OAuthServer::start(dir.path(), None);
     let toml = format!(
@@ -856,6 +856,41 @@ fn a_signin_started_on_one_replica_finishes_on_another_once() {
     assert_eq!(status, 400, "{page}");
     assert!(page.contains("unknown, already used or expired"), "{page}");
     assert_eq!(fixture.grants("authorization_code"), 1, "one exchange");
+
+    // Redis down: a sign-in still finishes on the replica that started it, and only there.
+    redis.stop();
+    for replica in [a, b] {
+        wait_until(
+            "the replica to say degraded",
+            Duration::from_secs(20),
+            || {
+                replica
+                    .health()
+                    .is_some_and(|h| h["replicas"]["state"] == "degraded")
+            },
+        );
+    }
+    let sign_in_on_a = || {
+        let (status, _, body) = get_once(&format!(
+            "http://127.0.0.1:{}/oauth/start?server=docs",
+            a.port
+        ));
+        assert_eq!(status, 200, "{body}");
+        let started: Value = serde_json::from_str(&body).expect("JSON");
+        let authorize = started["authorization_url"].as_str().expect("a URL");
+        let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
+        assert!((300..400).contains(&status), "{status} {body}");
+        location.expect("the authorization server's redirect")
+    };
+    let alone = sign_in_on_a();
+    assert_ne!(alone, callback);
+    let (status, _, page) = get_once(&on_port(&alone, b.port));
+    assert_eq!(status, 400, "B cannot know it: {page}");
+    let (status, _, page) = get_once(&alone);
+    assert_eq!(status, 200, "A finishes its own: {page}\n{}", logs());
+    let (status, _, _) = get_once(&alone);
+    assert_eq!(status, 400, "once");
+    assert_eq!(fixture.grants("authorization_code"), 2);
 
     // The verifier went through Redis sealed: no secret in any replica's log.
     let logs = logs();

@@ -1080,6 +1080,96 @@ mod tests {
         }
     }
 
+    /// A shared login as another replica would read it, with `verifier` as its PKCE verifier
+    /// and `secret` as its client secret.
+    fn shared_login(state: &str, verifier: &str, secret: &str) -> SharedLogin {
+        serde_json::from_value(json!({
+            "server": "docs",
+            "principal": "client:alice",
+            "back": "/ui/connections",
+            "login": {
+                "server_url": "https://docs.example/mcp",
+                "challenge": null,
+                "metadata": {
+                    "authorization_endpoint": "https://as.example/authorize",
+                    "token_endpoint": "https://as.example/token",
+                    "issuer": "https://as.example"
+                },
+                "client_id": "client-1",
+                "client_secret": secret,
+                "redirect_uri": "http://127.0.0.1:8931/oauth/callback",
+                "scopes": ["read"],
+                "authorization": {
+                    "pkce_verifier": verifier,
+                    "csrf_token": state,
+                    "created_at": 1
+                }
+            }
+        }))
+        .expect("a shared login")
+    }
+
+    #[tokio::test]
+    async fn a_shared_login_opens_under_its_key_and_state_only() {
+        let store = store::Store::open_in_memory().await.expect("store");
+        let other = store::Store::open_in_memory().await.expect("store");
+        let login = shared_login("st-1", "verifier-0123456789", "client-secret-42");
+        let sealed = login.seal(&store, "st-1").expect("sealed");
+        for secret in ["verifier-0123456789", "client-secret-42", "client:alice"] {
+            assert!(!sealed.contains(secret), "{secret} readable in Redis");
+        }
+        let opened = SharedLogin::open(&store, "st-1", &sealed).expect("opens");
+        assert_eq!(opened.server, "docs");
+        assert_eq!(opened.principal, "client:alice");
+        assert_eq!(opened.back.as_deref(), Some("/ui/connections"));
+        assert_eq!(opened.login.state(), "st-1");
+        assert_eq!(
+            opened.login.redirect_uri(),
+            "http://127.0.0.1:8931/oauth/callback"
+        );
+        assert!(
+            SharedLogin::open(&other, "st-1", &sealed).is_none(),
+            "another replica's key"
+        );
+        assert!(
+            SharedLogin::open(&store, "st-2", &sealed).is_none(),
+            "under another state"
+        );
+        let mut tampered = sealed.clone().into_bytes();
+        tampered[10] = if tampered[10] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).expect("ascii");
+        assert!(SharedLogin::open(&store, "st-1", &tampered).is_none());
+        assert!(SharedLogin::open(&store, "st-1", "not base64!").is_none());
+    }
+
+    #[test]
+    fn a_shared_login_shows_no_secret_in_debug() {
+        let login = shared_login("st-1", "verifier-0123456789", "client-secret-42");
+        let shown = format!("{login:?}");
+        assert!(
+            shown.contains("docs") && shown.contains("client-1"),
+            "{shown}"
+        );
+        for secret in ["verifier-0123456789", "client-secret-42", "st-1"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+
+    #[test]
+    fn a_login_finished_elsewhere_is_dropped_here() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending_for("docs", "client:alice", "s-a", now), now);
+        table.insert(pending_for("docs", "client:bob", "s-b", now), now);
+        table.forget("docs", "client:alice");
+        assert!(!table.waiting("docs", "client:alice", now));
+        assert!(table.take("s-a", now).is_none());
+        assert!(
+            table.waiting("docs", "client:bob", now),
+            "another principal's stays"
+        );
+    }
+
     #[test]
     fn a_login_state_is_taken_once() {
         let now = Instant::now();
