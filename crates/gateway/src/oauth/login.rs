@@ -572,7 +572,7 @@ impl Logins {
     ) -> Result<LoginOutcome, String> {
         let callback = LoginCallback::Url(callback);
         match claimed.login {
-            Login::Here(login) => finish_login(login, callback)
+            Login::Here(login) => finish_login(*login, callback)
                 .await
                 .map_err(|e| e.to_string()),
             Login::Shared(handoff) => {
@@ -772,8 +772,9 @@ struct Claimed {
     login: Login,
 }
 
+/// Both boxed: rmcp's session and the handoff are each kilobytes.
 enum Login {
-    Here(PendingLogin),
+    Here(Box<PendingLogin>),
     Shared(Box<LoginHandoff>),
 }
 
@@ -784,7 +785,7 @@ impl Claimed {
             principal: pending.principal,
             redirect_uri: pending.redirect_uri,
             back: pending.back.map(str::to_owned),
-            login: Login::Here(pending.login),
+            login: Login::Here(Box::new(pending.login)),
         }
     }
 
