@@ -7,7 +7,15 @@
 //! browser back to the console's page.
 //!
 //! - A login's `state` is single use and refused after [`LOGIN_TTL`]. It carries no secret: the
-//!   PKCE verifier never leaves this process ([`MemoryLoginStates`] and the pending session).
+//!   PKCE verifier stays in this process ([`MemoryLoginStates`] and the pending session), and
+//!   with replicas (`[store] redis`) leaves it only sealed with the store's secret key, to
+//!   Redis ([`SharedLogin`]), so that the browser's return may land on any replica. There the
+//!   take from Redis (`GETDEL`) is what makes a login single use across replicas: a replica that
+//!   does not know the `state` finishes the login from Redis (the code exchanged with the
+//!   handoff, the tokens stored in the shared database), and announces it to the others, whose
+//!   waiting calls resume and whose copy of the login is dropped. A login recorded only here
+//!   (Redis was down when it started), or found here while Redis is down, finishes here as
+//!   without replicas.
 //! - The callback is not authenticated (a browser carries no client key): whose tokens it stores
 //!   is what the pending login recorded when it started, found by its `state`, never anything
 //!   the browser sends.
@@ -82,8 +90,8 @@ const REQUEST_STATE_PREFIX: &str = "mcpgw-signin:";
 /// The sign-ins of one gateway: logins waiting for their browser, and what became of them.
 pub struct Logins {
     site: Result<Site, Unavailable>,
-    /// rmcp's record of each started login (the PKCE verifier): memory only, it never needs to
-    /// outlive the process that will receive the callback.
+    /// rmcp's record of each started login (the PKCE verifier): memory only; another replica
+    /// finishes a login from its sealed copy in Redis, not from this.
     states: Arc<dyn StateStore>,
     pending: Mutex<Table<PendingLogin>>,
     /// By (server, principal id).
