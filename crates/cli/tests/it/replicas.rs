@@ -5,8 +5,11 @@
 //! `redispatch`). A legacy session opened on one replica carries on on the others (its sealed
 //! id, `gateway::http::roaming`); a forged, tampered, foreign or deleted one does not; a
 //! 2026-07-28 client works on any; `servers list` and the admin API say which replica
-//! answered; an expired OAuth token is refreshed once for all replicas; `kill -9` of a replica
-//! under load from 10 clients fails only the calls it had in flight, each visibly.
+//! answered; an expired OAuth token is refreshed once for all replicas; a sign-in started on
+//! one replica finishes when the browser comes back to another (with Redis: the login is kept
+//! there sealed, taken once, and the waiting call on the first replica resumes), and only on
+//! the replica that started it while Redis is down; `kill -9` of a replica under load from 10
+//! clients fails only the calls it had in flight, each visibly.
 
 use std::{
     net::SocketAddr,
@@ -857,6 +860,31 @@ fn a_signin_started_on_one_replica_finishes_on_another_once() {
     assert!(page.contains("unknown, already used or expired"), "{page}");
     assert_eq!(fixture.grants("authorization_code"), 1, "one exchange");
 
+    // A call on A that waits for a sign-in (URL elicitation) resumes when the browser's return
+    // reaches B: only B's announcement can wake it (A's own callback is never reached).
+    let signed_in = |replica: &Gateway| replica.log_text().matches("signed in").count();
+    let (a_before, b_before) = (signed_in(a), signed_in(b));
+    fixture.revoke_grant();
+    let report = py_client_with(
+        &["--url", &a.url(), "--elicit", "open:user=bob"],
+        "legacy",
+        json!([{"op": "call_tool", "name": "call_tool",
+                "arguments": {"name": "docs__whoami", "arguments": {}}}]),
+        |command| {
+            command.env("MCP_CLIENT_CALLBACK_PORT", b.port.to_string());
+        },
+    );
+    let whoami = &report["steps"][0];
+    assert_eq!(whoami["isError"], false, "{report}\n{}", logs());
+    assert!(result_text(whoami).contains(r#""user": "bob""#), "{whoami}");
+    assert_eq!(report["elicitations"][0]["status"], 200, "{report}");
+    assert_eq!(fixture.grants("authorization_code"), 2);
+    assert_eq!(
+        (signed_in(a), signed_in(b)),
+        (a_before, b_before + 1),
+        "B finished it, not A"
+    );
+
     // Redis down: a sign-in still finishes on the replica that started it, and only there.
     redis.stop();
     for replica in [a, b] {
@@ -890,7 +918,7 @@ fn a_signin_started_on_one_replica_finishes_on_another_once() {
     assert_eq!(status, 200, "A finishes its own: {page}\n{}", logs());
     let (status, _, _) = get_once(&alone);
     assert_eq!(status, 400, "once");
-    assert_eq!(fixture.grants("authorization_code"), 2);
+    assert_eq!(fixture.grants("authorization_code"), 3);
 
     // The verifier went through Redis sealed: no secret in any replica's log.
     let logs = logs();
