@@ -10,6 +10,18 @@
 #   mcpgw-elicit  mcpgw, exposure passthrough -> stdio, clients declaring elicitation (the
 #                 session path: such a call may need its request's stream)
 #   mcpgw-http    mcpgw, exposure passthrough -> server-everything's Streamable HTTP
+#   replica-1     one mcpgw replica on PostgreSQL + Redis (`[store] replicas = 3`), behind
+#                 HAProxy, exposure passthrough -> stdio (not in the default list)
+#   replicas-3    three such replicas behind the same HAProxy (round-robin per request, no
+#                 sticky sessions, so every session's calls alternate between the replicas and
+#                 its sealed id is opened on each; not in the default list)
+#
+# The replica targets need PostgreSQL and Redis (Debian's packages; started here, private to
+# the run, with scripts/test-postgres.sh and scripts/test-redis.sh) and HAProxy (installed with
+# apt-get when missing and running as root). Their CPU column is the sum over the replicas'
+# mcpgw processes; HAProxy's own CPU per call is reported beside it. Compare replicas-3 with
+# replica-1 (same store, same balancer): on a machine with few cores the replicas share them,
+# so the ratio shows what sharing costs, not how far more machines scale.
 #
 # One target runs at a time, each started fresh on a free loopback port in its own process
 # group. For each target and each concurrency C: a warm-up, then wrk (Debian's wrk 4.1 with
@@ -33,6 +45,7 @@
 #        BENCH_WARMUP=2          warm-up seconds before each point (its sessions are discarded)
 #        BENCH_CONCURRENCY="1 10 100"
 #        BENCH_TARGETS="direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http"   a subset, in any order
+#                                (also replica-1 replicas-3; e.g. BENCH_TARGETS="mcpgw replica-1 replicas-3")
 #        BENCH_SKIP_SEARCH=1     skip the search_tools figures
 #        BENCH_SEARCH_TOOLS="1000 10000"
 #        BENCH_TS_CALLS=200      sequential calls of the TypeScript client
@@ -73,9 +86,12 @@ for v in "$SECONDS_PER_POINT" "$WARMUP" "$TS_CALLS" $CONCURRENCY $SEARCH_TOOLS; 
   [[ "$v" =~ ^[0-9]+$ ]] || die "not a whole number: '$v' (BENCH_SECONDS, BENCH_WARMUP, BENCH_TS_CALLS, BENCH_CONCURRENCY, BENCH_SEARCH_TOOLS)"
 done
 ((SECONDS_PER_POINT >= 1 && TS_CALLS >= 1)) || die "BENCH_SECONDS and BENCH_TS_CALLS must be at least 1"
+NEED_CLUSTER=""
+NEED_CLUSTER=""
 for t in $TARGETS; do
   case "$t" in direct | mcp-proxy | mcpgw | mcpgw-search | mcpgw-elicit | mcpgw-http) ;;
-    *) die "unknown target '$t' in BENCH_TARGETS (direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http)" ;;
+    replica-1 | replicas-3) NEED_CLUSTER=1 ;;
+    *) die "unknown target '$t' in BENCH_TARGETS (direct mcp-proxy mcpgw mcpgw-search mcpgw-elicit mcpgw-http replica-1 replicas-3)" ;;
   esac
 done
 
@@ -92,6 +108,17 @@ if ! command -v wrk >/dev/null; then
   fi
   log "installing wrk from Debian"
   apt-get install -y -qq wrk >&2 || { apt-get update -qq >&2 && apt-get install -y -qq wrk >&2; }
+fi
+if [[ -n "$NEED_CLUSTER" ]]; then
+  for tool in haproxy redis-server; do
+    command -v "$tool" >/dev/null && continue
+    [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null ||
+      die "$tool is not on PATH; install it (Debian/Ubuntu: sudo apt-get install -y $tool) and run again"
+    log "installing $tool from Debian"
+    apt-get install -y -qq "$tool" >&2 || { apt-get update -qq >&2 && apt-get install -y -qq "$tool" >&2; }
+  done
+  compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null ||
+    die "PostgreSQL is not installed (Debian: apt-get install -y postgresql); the replica targets need it"
 fi
 STAMP="$BENCH/venv/.installed"
 if [[ ! -x "$BENCH/venv/bin/mcp-proxy" || "$(cat "$STAMP" 2>/dev/null)" != "${MCP_PROXY_SPEC[*]}" ]]; then
@@ -118,12 +145,15 @@ declare -A NAMES=(
   [mcpgw-search]="mcpgw call_tool (search) → stdio"
   [mcpgw-elicit]="mcpgw passthrough → stdio, clients declaring elicitation"
   [mcpgw-http]="mcpgw passthrough → Streamable HTTP"
+  [replica-1]="mcpgw, 1 replica on PostgreSQL + Redis, HAProxy → stdio"
+  [replicas-3]="mcpgw, 3 replicas on PostgreSQL + Redis, HAProxy → stdio"
 )
 
 # ---- processes -----------------------------------------------------------------------------
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/mcpgw-bench.XXXXXX")"
 STARTED=() # process-group leaders started here (each its own session, see spawn)
 CLIENT=""  # the load client running now (see client)
+STORES=""  # where the replica targets' PostgreSQL and Redis live, once started (see start_stores)
 
 # Every process below PID, depth first.
 descendants() {
@@ -162,6 +192,10 @@ cleanup() {
   [[ -z "$CLIENT" ]] || kill -TERM "$CLIENT" 2>/dev/null || true
   for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do stop_tree "${STARTED[i]}"; done
   STARTED=()
+  if [[ -n "$STORES" ]]; then
+    MCPGW_PEERS="$STORES" "$REPO/scripts/test-redis.sh" stop >/dev/null 2>&1 || true
+    MCPGW_PEERS="$STORES" "$REPO/scripts/test-postgres.sh" stop >/dev/null 2>&1 || true
+  fi
   if [[ "${BENCH_KEEP:-}" == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -212,19 +246,22 @@ wait_ready() {
   die "$name not ready after $timeout s"
 }
 
-# CPU time of PID in µs (utime + stime of all its threads; not its children).
+# CPU time in µs of PID... (utime + stime of all their threads; not their children).
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 cpu_us() {
-  local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || { echo 0; return; }
-  # Fields after the command name (which may hold spaces): state is 1st, utime 12th, stime 13th.
-  awk -v t="$TICK_US" '{ print ($12 + $13) * t }' <<<"${stat##*) }"
+  local stat total=0 p
+  for p in "$@"; do
+    stat="$(cat "/proc/$p/stat" 2>/dev/null)" || continue
+    # Fields after the command name (which may hold spaces): state is 1st, utime 12th, stime 13th.
+    total=$((total + $(awk -v t="$TICK_US" '{ print ($12 + $13) * t }' <<<"${stat##*) }")))
+  done
+  echo "$total"
 }
 
-# CPU time in µs of the processes below PID (the proxy's upstream children).
+# CPU time in µs of the processes below PID... (the proxies' upstream children).
 tree_cpu_us() {
   local total=0 p
-  for p in $(descendants "$1"); do total=$((total + $(cpu_us "$p"))); done
+  for p in $(for q in "$@"; do descendants "$q"; done); do total=$((total + $(cpu_us "$p"))); done
   echo "$total"
 }
 
@@ -233,9 +270,13 @@ machine_jiffies() {
   awk '$1 == "cpu" { busy = 0; for (i = 2; i <= NF; i++) if (i != 5 && i != 6) busy += $i; print busy, busy + $5 + $6 }' /proc/stat
 }
 
+# VmRSS of PID..., summed, in MiB.
 rss_mib() {
-  awk '$1 == "VmRSS:" { printf "%.1f", $2 / 1024; found = 1 } END { if (!found) printf "-" }' \
-    "/proc/$1/status" 2>/dev/null || printf -- "-"
+  local files=() p
+  for p in "$@"; do [[ -r "/proc/$p/status" ]] && files+=("/proc/$p/status"); done
+  ((${#files[@]})) || { printf -- "-"; return; }
+  awk '$1 == "VmRSS:" { kib += $2; found = 1 } END { if (found) printf "%.1f", kib / 1024; else printf "-" }' \
+    "${files[@]}" 2>/dev/null || printf -- "-"
 }
 
 # ---- one load point ------------------------------------------------------------------------
@@ -277,26 +318,37 @@ wrk_run() {
   grep -q '^RESULT ' "$out" || { cat "$out" >&2; die "wrk printed no RESULT against $1"; }
 }
 
-# point LABEL C PID URL TOOL ARGS EXPECT: warm-up, measured run, figures into R[*:LABEL:C].
+# point LABEL C PIDS URL TOOL ARGS EXPECT: warm-up, measured run, figures into R[*:LABEL:C].
+# PIDS is the proxy's pid, or the replicas' pids separated by spaces; with LB_PID set, the
+# load balancer's CPU per call goes into R[lbcpu:LABEL:C].
 point() {
   local label="$1" c="$2" pid="$3" url="$4" tool="$5" args="$6" expect="$7"
   local out="$WORK/wrk-$label-$c.txt" warm="$WORK/wrk-$label-$c-warmup.txt"
-  local rss0 rss1 cpu0 cpu1 up0=0 up1=0 m0 m1 calls secs errs children=""
-  rss0="$(rss_mib "$pid")"
+  local rss0 rss1 cpu0 cpu1 up0=0 up1=0 m0 m1 calls secs errs children="" lb0=0 lb1=0
+  # shellcheck disable=SC2086 # $pid is a list of pids on purpose
+  rss0="$(rss_mib $pid)"
   if ((WARMUP > 0)); then
     wrk_run "$warm" "$WARMUP" "$c" "$url" "$tool" "$args" "$expect"
     close_sessions "$warm" "$url"
   fi
-  cpu0="$(cpu_us "$pid")"
-  [[ "$label" == direct ]] || up0="$(tree_cpu_us "$pid")"
+  # shellcheck disable=SC2086
+  cpu0="$(cpu_us $pid)"
+  # shellcheck disable=SC2086
+  [[ "$label" == direct ]] || up0="$(tree_cpu_us $pid)"
+  [[ -z "${LB_PID:-}" ]] || lb0="$(cpu_us "$LB_PID")"
   m0="$(machine_jiffies)"
   wrk_run "$out" "$SECONDS_PER_POINT" "$c" "$url" "$tool" "$args" "$expect"
-  cpu1="$(cpu_us "$pid")"
-  [[ "$label" == direct ]] || up1="$(tree_cpu_us "$pid")"
+  # shellcheck disable=SC2086
+  cpu1="$(cpu_us $pid)"
+  # shellcheck disable=SC2086
+  [[ "$label" == direct ]] || up1="$(tree_cpu_us $pid)"
+  [[ -z "${LB_PID:-}" ]] || lb1="$(cpu_us "$LB_PID")"
   m1="$(machine_jiffies)"
-  rss1="$(rss_mib "$pid")"
-  # The C sessions are still open: count what runs below the proxy now.
-  [[ "$label" == direct ]] || children="$(descendants "$pid" | wc -l)"
+  # shellcheck disable=SC2086
+  rss1="$(rss_mib $pid)"
+  # The C sessions are still open: count what runs below the proxy (or each replica) now.
+  # shellcheck disable=SC2086
+  [[ "$label" == direct ]] || children="$(for p in $pid; do descendants "$p"; done | wc -l)"
   close_sessions "$out" "$url"
   calls="$(field "$out" calls)"
   secs="$(awk -v us="$(field "$out" duration_us)" 'BEGIN { print us / 1e6 }')"
@@ -314,12 +366,16 @@ point() {
   # The share of both CPUs busy during the run (wrk, the proxy, its upstream, anything else).
   R[busy:$label:$c]="$(awk -v a="$m0" -v b="$m1" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; if (t > 0) printf "%.0f", 100 * (y[1] - x[1]) / t; else printf "-" }')"
   R[rss:$label:$c]="$rss0 → $rss1"
+  if [[ -n "${LB_PID:-}" ]]; then
+    R[lbcpu:$label:$c]="$(awk -v d="$((lb1 - lb0))" -v n="$calls" 'BEGIN { if (n > 0) printf "%.0f", d / n; else printf "-" }')"
+    R[spread:$label:$c]="$(lb_spread)"
+  fi
   R[err:$label:$c]="$errs"
   R[children:$label:$c]="$children"
   R[proto:$label]="$(awk '$1 == "PROTOCOL" { printf "%s%s", sep, $2; sep = "," }' "$out")"
   R[sse:$label]=$((${R[sse:$label]:-0} + $(field "$out" sse)))
   R[json:$label]=$((${R[json:$label]:-0} + $(field "$out" json)))
-  log "$label C=$c: ${R[rps:$label:$c]} calls/s, p50 ${R[p50:$label:$c]} ms, p99 ${R[p99:$label:$c]} ms, CPU ${R[cpu:$label:$c]} µs/call (upstream ${R[ucpu:$label:$c]}, machine ${R[busy:$label:$c]}% busy), RSS ${R[rss:$label:$c]} MiB, errors $errs${children:+, processes below: $children}"
+  log "$label C=$c: ${R[rps:$label:$c]} calls/s, p50 ${R[p50:$label:$c]} ms, p99 ${R[p99:$label:$c]} ms, CPU ${R[cpu:$label:$c]} µs/call (upstream ${R[ucpu:$label:$c]}, machine ${R[busy:$label:$c]}% busy), RSS ${R[rss:$label:$c]} MiB, errors $errs${children:+, processes below: $children}${LB_PID:+, HAProxy ${R[lbcpu:$label:$c]} µs/call, requests per replica so far ${R[spread:$label:$c]}}"
   if grep -q '^BAD ' "$out"; then
     grep '^BAD ' "$out" | head -n 3 | sed "s/^/[bench-load]   $label C=$c: /" >&2
     grep '^BAD ' "$out" | head -n 3 | sed "s/^BAD /$label C=$c: /" >>"$WORK/bad.txt"
@@ -396,6 +452,99 @@ start_everything_http() {
   wait_ready "$1" "$SE_PID" "$SE_PORT"
 }
 
+# ---- replicas ------------------------------------------------------------------------------
+# start_stores: a private PostgreSQL and Redis for the replica targets (once per run), in
+# $WORK/stores, stopped by cleanup. Sets PG_URL, REDIS_URL and KEY_FILE.
+start_stores() {
+  [[ -z "$STORES" ]] || return 0
+  STORES="$WORK/stores"
+  mkdir -p "$STORES"
+  # Run as root, PostgreSQL runs as `postgres`, which must reach its data dir under $WORK.
+  chmod 755 "$WORK" "$STORES"
+  PG_URL="$(MCPGW_PEERS="$STORES" "$REPO/scripts/test-postgres.sh" start | sed -n 's/^MCPGW_TEST_POSTGRES_URL=//p')"
+  REDIS_URL="$(MCPGW_PEERS="$STORES" "$REPO/scripts/test-redis.sh" start | sed -n 's/^MCPGW_TEST_REDIS_URL=//p')"
+  [[ -n "$PG_URL" && -n "$REDIS_URL" ]] || die "PostgreSQL or Redis did not start"
+  KEY_FILE="$STORES/secret.key"
+  head -c 32 /dev/urandom | base64 >"$KEY_FILE"
+  chmod 600 "$KEY_FILE"
+}
+
+# replica_config NAME SCHEMA: $WORK/NAME.toml for replica NAME on a free port, its store the
+# schema SCHEMA of the shared database (one per target, so targets do not share sessions).
+replica_config() {
+  local name="$1" schema="$2"
+  mcpgw_config "$name" passthrough "$STDIO_UPSTREAM"
+  # mcpgw_config's [store] is the last section: replace it with the shared one.
+  sed -i '/^\[store\]/,$d' "$WORK/$name.toml"
+  # The load balancer forwards the client's Host (its own address), which the request guard
+  # admits only when named here, as a deployment names its balancer's.
+  sed -i "/^exposure = /a allowed_hosts = [\"127.0.0.1:$LB_PORT\"]" "$WORK/$name.toml"
+  cat >>"$WORK/$name.toml" <<EOF
+[store]
+url = "${PG_URL}?options[search_path]=$schema"
+redis = "$REDIS_URL"
+replicas = 3
+replica = "$name"
+key_file = "$KEY_FILE"
+EOF
+}
+
+# start_replicas TARGET N: N replicas of one fresh schema behind HAProxy (round-robin per
+# request, keep-alive on both sides); sets RP_PIDS (the replicas' pids), LB_PID and LB_PORT.
+start_replicas() {
+  local target="$1" n="$2" i schema servers="" name
+  start_stores
+  schema="bench_${target//-/_}"
+  psql -q "$PG_URL" -c "DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema" >/dev/null
+  RP_PIDS=""
+  LB_PORT="$(free_port)"
+  for ((i = 1; i <= n; i++)); do
+    name="$target-r$i"
+    replica_config "$name" "$schema"
+    start_mcpgw "$name"
+    RP_PIDS+="${RP_PIDS:+ }$GW_PID"
+    servers+="  server r$i 127.0.0.1:$GW_PORT"$'\n'
+  done
+  cat >"$WORK/$target-haproxy.cfg" <<EOF
+global
+  maxconn 4096
+  stats socket $WORK/$target-haproxy.sock mode 600 level user
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend mcp
+  bind 127.0.0.1:$LB_PORT
+  default_backend replicas
+backend replicas
+  balance roundrobin
+$servers
+EOF
+  haproxy -c -q -f "$WORK/$target-haproxy.cfg" >&2 || die "HAProxy refused $WORK/$target-haproxy.cfg"
+  spawn "$target-haproxy" haproxy -db -f "$WORK/$target-haproxy.cfg"
+  LB_PID="$SPAWNED"
+  LB_SOCKET="$WORK/$target-haproxy.sock"
+  wait_ready "$target-haproxy" "$LB_PID" "$LB_PORT"
+}
+
+# lb_spread: the requests HAProxy has sent to each replica so far ("r1=N r2=N ...").
+lb_spread() {
+  python3 - "$LB_SOCKET" <<'EOF' 2>/dev/null || printf -- "-"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"show stat\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+lines = data.decode().splitlines()
+head = lines[0].lstrip("# ").split(",")
+rows = [dict(zip(head, l.split(","))) for l in lines[1:] if l]
+print(" ".join(f"{r['svname']}={r['stot']}" for r in rows if r.get("pxname") == "replicas" and r["svname"].startswith("r")))
+EOF
+}
+
 STDIO_UPSTREAM="[[servers]]
 name = \"everything\"
 transport = { type = \"stdio\", command = \"$NODE\", args = [\"$EVERYTHING\", \"stdio\"] }"
@@ -447,11 +596,16 @@ transport = { type = \"http\", url = \"http://127.0.0.1:$SE_PORT/mcp\" }"
       start_mcpgw mcpgw-http
       pid="$GW_PID" url="http://127.0.0.1:$GW_PORT/mcp" tool=everything__echo args="$ECHO_ARGS"
       ;;
+    replica-1 | replicas-3)
+      start_replicas "$t" "${t##*-}"
+      pid="$RP_PIDS" url="http://127.0.0.1:$LB_PORT/mcp" tool=everything__echo args="$ECHO_ARGS"
+      ;;
   esac
-  R[idle:$t]="$(rss_mib "$pid")"
+  # shellcheck disable=SC2086 # a list of pids for the replica targets
+  R[idle:$t]="$(rss_mib $pid)"
   for c in $CONCURRENCY; do point "$t" "$c" "$pid" "$url" "$tool" "$args" "$EXPECT"; done
   ts_client "$t" "$url" "$tool" "$args" "$EXPECT"
-  unset WRK_CAPABILITIES TS_MODE
+  unset WRK_CAPABILITIES TS_MODE LB_PID
   stop_after "$base"
 }
 

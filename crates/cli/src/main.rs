@@ -620,6 +620,22 @@ fn one_shot_filter() -> String {
 
 /// rmcp's OAuth module, which logs the authorisation code (and more) at `debug`.
 const RMCP_AUTH_TARGET: &str = "rmcp::transport::auth";
+/// rmcp's Streamable HTTP server, which logs each session's id at `info` (a new one) and
+/// `debug` (a restored one): with replicas that id is a sealed, resumable session.
+const RMCP_SESSION_TARGET: &str = "rmcp::transport::streamable_http_server";
+
+/// Library modules that log secrets above some level, and the most each may log unless the
+/// filter names it (and so asks for it).
+const CAPPED_TARGETS: &[(&str, tracing_subscriber::filter::LevelFilter)] = &[
+    (
+        RMCP_AUTH_TARGET,
+        tracing_subscriber::filter::LevelFilter::INFO,
+    ),
+    (
+        RMCP_SESSION_TARGET,
+        tracing_subscriber::filter::LevelFilter::WARN,
+    ),
+];
 
 fn init_logging(filter: Option<&str>, default_level: &str, format: config::LogFormat) {
     use tracing_subscriber::{
@@ -634,15 +650,16 @@ fn init_logging(filter: Option<&str>, default_level: &str, format: config::LogFo
             .unwrap_or_else(|| default_level.to_owned()),
     };
     let env_filter = EnvFilter::try_new(&text).unwrap_or_else(|_| EnvFilter::new(default_level));
-    // `--log debug` must not put sign-in secrets into a log: rmcp's OAuth module is capped at
-    // info, never raised, unless the operator names it (and so asks for it).
-    let cap = if names_target(&text, RMCP_AUTH_TARGET) {
-        Targets::new().with_default(LevelFilter::TRACE)
-    } else {
-        Targets::new()
-            .with_default(LevelFilter::TRACE)
-            .with_target(RMCP_AUTH_TARGET, LevelFilter::INFO)
-    };
+    // `--log debug` must not put sign-in secrets or session ids into a log: rmcp's OAuth
+    // module is capped at info and its HTTP server at warn, never raised, unless the operator
+    // names them (and so asks for it).
+    let cap = CAPPED_TARGETS
+        .iter()
+        .filter(|(target, _)| !names_target(&text, target))
+        .fold(
+            Targets::new().with_default(LevelFilter::TRACE),
+            |cap, (target, level)| cap.with_target(*target, *level),
+        );
     let json = matches!(format, config::LogFormat::Json);
     let text = (!json).then(|| {
         tracing_subscriber::fmt::layer()

@@ -9,8 +9,9 @@
 //!
 //! - [`Event`]s ([`Cluster::publish`], [`Cluster::events`]): an approval decided (the replica
 //!   holding the waiting call wakes it), a server whose lists must be fetched again (a catalog
-//!   and pin invalidation), a sign-in finished (the replica whose call waits for it wakes it).
-//!   Each process hears only the others' events, never its own.
+//!   and pin invalidation), a legacy session ended through one replica (the others close their
+//!   copies of it), a sign-in finished (the replica whose call waits for it wakes it). Each
+//!   process hears only the others' events, never its own.
 //! - [`Cluster::take_token`]: one call from a shared token bucket (an atomic Lua script on
 //!   Redis's own clock, so the replicas' clocks do not matter).
 //! - [`Cluster::put_auth_state`] / [`Cluster::take_auth_state`]: a pending authorization kept
@@ -77,6 +78,10 @@ pub enum Event {
         principal: PrincipalId,
         failure: Option<String>,
     },
+    /// The legacy session whose client id has this SHA-256 (lowercase hex) was ended with
+    /// HTTP DELETE through the sending replica (and recorded as ended in the database): a
+    /// replica holding a copy of it closes that copy. Only the digest travels, never the id.
+    SessionEnded { digest: String },
     /// Not sent by anyone: this process subscribed again after losing Redis, and may have
     /// missed events meanwhile.
     Resubscribed,

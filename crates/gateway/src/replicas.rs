@@ -120,6 +120,8 @@ pub(crate) async fn listen(gateway: Weak<Gateway>, mut events: broadcast::Receiv
                 tracing::debug!(server = %name, "another replica saw a change; listing the server again");
                 tokio::spawn(relist(gateway.clone(), vec![server]));
             }
+            // The HTTP listener's business (`http::session_owner::hear_ended`).
+            Ok(Event::SessionEnded { .. }) => {}
             // Heard by the sign-in endpoints' own listener (`oauth::login::hear_replicas`).
             Ok(Event::Login { .. }) => {}
             Ok(Event::Resubscribed) | Err(broadcast::error::RecvError::Lagged(_)) => {

@@ -16,6 +16,7 @@ use std::{
 use serde_json::{Value, json};
 
 use crate::harness::*;
+use crate::replicas::Session;
 
 /// The secret key every replica seals with (a PostgreSQL store takes it only from outside).
 const SECRET_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
@@ -157,6 +158,11 @@ fn admin(gateway: &Gateway, method: &str, path: &str) -> (u16, Value) {
 
 /// The `mcpgw_redis_up` line of `gateway`'s `/metrics`.
 fn redis_up_metric(gateway: &Gateway) -> String {
+    metric(gateway, "mcpgw_redis_up")
+}
+
+/// The line of metric `name` (without labels) in `gateway`'s `/metrics`.
+fn metric(gateway: &Gateway, name: &str) -> String {
     let text = reqwest::blocking::Client::new()
         .get(format!("http://127.0.0.1:{}/metrics", gateway.port))
         .header("x-mcpgw-admin-token", admin_token(gateway))
@@ -164,8 +170,8 @@ fn redis_up_metric(gateway: &Gateway) -> String {
         .and_then(|r| r.text())
         .expect("metrics");
     text.lines()
-        .find(|line| line.starts_with("mcpgw_redis_up "))
-        .unwrap_or_else(|| panic!("no mcpgw_redis_up in:\n{text}"))
+        .find(|line| line.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
         .to_owned()
 }
 
@@ -444,4 +450,38 @@ fn several_replicas_without_redis_or_postgres_are_refused_at_start() {
         stderr.contains("store.url: `replicas = 3` needs PostgreSQL, and the store is SQLite"),
         "{stderr}"
     );
+}
+
+#[test]
+fn a_session_ended_through_one_replica_is_closed_at_once_on_the_others() {
+    let redis = Redis::start();
+    let toml = format!("{PASSTHROUGH}\n{}", everything_stdio_server("everything"));
+    let gateways = replicas(&toml, &redis, 2);
+    let urls: Vec<String> = gateways.iter().map(Gateway::url).collect();
+    let session = Session::open(&urls[0], None);
+    let (status, body) = session.echo(&urls[1], "copy");
+    assert_eq!(status, 200, "re-created on r2: {body}");
+    assert_eq!(
+        metric(&gateways[1], "mcpgw_sessions_open"),
+        "mcpgw_sessions_open 1"
+    );
+
+    // Ended through r1: r2 hears of it and closes its copy, without waiting for a request
+    // (or for the copy's idle timeout, 5 minutes).
+    assert_eq!(session.delete(&urls[0]), 204);
+    wait_until("r2 closes its copy", Duration::from_secs(10), || {
+        metric(&gateways[1], "mcpgw_sessions_open") == "mcpgw_sessions_open 0"
+    });
+    let (status, body) = session.echo(&urls[1], "after delete");
+    assert_eq!(status, 404, "{body}");
+    let log = gateways[1].log_text();
+    assert!(
+        !log.contains(&session_id_prefix(&session)),
+        "the session id was logged:\n{log}"
+    );
+}
+
+/// The first characters of `session`'s id past its format prefix, to look for in logs.
+fn session_id_prefix(session: &Session) -> String {
+    session.id().chars().skip(3).take(24).collect()
 }

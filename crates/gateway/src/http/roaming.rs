@@ -25,7 +25,11 @@
 //! A session ended with HTTP DELETE is recorded in the store as ended until the end of its
 //! revival window ([`REVIVE_WINDOW`] after it was opened), so no replica revives it; an id
 //! older than that window is not revived either (the client gets 404 and, as the protocol
-//! requires, starts a new session).
+//! requires, starts a new session). The replicas holding a copy of it close theirs: at once
+//! when they hear of it through Redis (`cluster::Event::SessionEnded`, which names the session
+//! by the digest of its id), else at its next request there ([`ENDED_CHECK_EVERY`]) or when
+//! the principal's session cap is reached there (every copy due a check is checked first), and
+//! at the latest when it has been idle for `[limits] session_idle_s`.
 
 use std::{
     collections::HashMap,
@@ -86,6 +90,8 @@ pub(crate) struct Roaming {
 struct Route {
     /// rmcp's id for it.
     internal: String,
+    /// The [`digest`] of the client's id: how the other replicas name it when they end it.
+    digest: String,
     /// When the store last said it was not ended elsewhere (or it was opened here).
     checked: Instant,
 }
@@ -176,6 +182,7 @@ impl Roaming {
     pub(crate) fn add_route(&self, id: &str, internal: &str) {
         let route = Route {
             internal: internal.to_owned(),
+            digest: digest(id),
             checked: Instant::now(),
         };
         lock(&self.routes).insert(id.to_owned(), route);
@@ -184,6 +191,26 @@ impl Roaming {
     /// Forgets the route of `id`.
     pub(crate) fn forget(&self, id: &str) {
         lock(&self.routes).remove(id);
+    }
+
+    /// Forgets the route of the session whose client id has digest `digest` (ended through
+    /// another replica), and returns rmcp's id for it if it was open here.
+    pub(crate) fn forget_digest(&self, digest: &str) -> Option<String> {
+        let mut routes = lock(&self.routes);
+        let id = routes
+            .iter()
+            .find_map(|(id, route)| (route.digest == digest).then(|| id.clone()))?;
+        routes.remove(&id).map(|route| route.internal)
+    }
+
+    /// The sessions open here (client id, rmcp's id) whose last check against the store's
+    /// ended sessions is older than [`ENDED_CHECK_EVERY`].
+    pub(crate) fn due(&self) -> Vec<(String, String)> {
+        lock(&self.routes)
+            .iter()
+            .filter(|(_, route)| route.checked.elapsed() >= ENDED_CHECK_EVERY)
+            .map(|(id, route)| (id.clone(), route.internal.clone()))
+            .collect()
     }
 
     /// Drops the routes whose rmcp session is not `live`.
@@ -230,8 +257,9 @@ impl Roaming {
     }
 }
 
-/// What records an ended session: the SHA-256 of its id, so the record says nothing of it.
-fn digest(id: &str) -> String {
+/// What records an ended session, and names it to the other replicas: the SHA-256 of its id,
+/// so neither the record nor the message says anything of it.
+pub(crate) fn digest(id: &str) -> String {
     Sha256::digest(id.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -350,8 +350,16 @@ fn mcp_service(
         sessions.clone(),
         limits,
         gateway.metrics().clone(),
-        roaming,
+        roaming.clone(),
+        gateway.cluster.clone(),
     ));
+    // Copies of sessions ended through another replica are closed as it announces them.
+    if let (Some(cluster), Some(_)) = (&gateway.cluster, &roaming) {
+        tokio::spawn(session_owner::hear_ended(
+            Arc::downgrade(&owners),
+            cluster.events(),
+        ));
+    }
     let direct = Arc::new(Direct::new(
         sessions.clone(),
         limits,

@@ -11,8 +11,12 @@
 //!
 //! Caps (`[limits]`): a session that would take the gateway past `max_sessions` is closed at
 //! once and answered 503, one past its principal's `max_sessions_per_principal` 429, both with
-//! `Retry-After` (ended sessions are swept out first, so only live ones count). Without them
-//! a flood of bare `initialize` requests grew memory without bound.
+//! `Retry-After` (ended sessions are swept out first, so only live ones count; with roaming
+//! sessions, so are the copies of sessions ended through another replica). Without them a
+//! flood of bare `initialize` requests grew memory without bound.
+//!
+//! With replicas, a session ended here is announced to the others (through Redis, by the
+//! digest of its id; `roaming`), which close their copies of it at once ([`hear_ended`]).
 //!
 //! Rejected: a session manager of our own wrapping rmcp's `LocalSessionManager` (the trait
 //! does not see the request's principal), and comparing the principal in the MCP handler
@@ -22,10 +26,13 @@ use ids::PrincipalId;
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, Weak,
         atomic::{AtomicUsize, Ordering},
     },
 };
+
+use cluster::{Cluster, Event};
+use tokio::sync::broadcast;
 
 use axum::{
     body::Body,
@@ -38,7 +45,7 @@ use rmcp::transport::streamable_http_server::session::{
     SessionManager, local::LocalSessionManager,
 };
 
-use super::roaming::Roaming;
+use super::roaming::{self, Roaming};
 use crate::{metrics::Metrics, principal::Principal, sync::lock};
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -59,6 +66,8 @@ pub(crate) struct Owners {
     max_per_principal: usize,
     /// Sealed session ids, with a shared store.
     roaming: Option<Arc<Roaming>>,
+    /// The other replicas, told of the sessions ended here (with Redis).
+    cluster: Option<Cluster>,
 }
 
 /// Where a request on a sealed session id goes.
@@ -87,9 +96,11 @@ impl Owners {
         limits: &config::LimitsConfig,
         metrics: Arc<Metrics>,
         roaming: Option<Arc<Roaming>>,
+        cluster: Option<Cluster>,
     ) -> Owners {
         Owners {
             roaming,
+            cluster,
             sessions,
             metrics,
             owners: Mutex::new(HashMap::new()),
@@ -112,8 +123,12 @@ impl Owners {
     /// Records session `id`, just opened by `principal`, unless that passes a cap: then the
     /// session is closed again and the answer says which cap.
     async fn admit(&self, id: &str, principal: PrincipalId) -> Result<(), Response> {
-        if self.over(&principal).is_some() {
+        if let Some(over) = self.over(&principal) {
             self.sweep().await;
+            if self.over(&principal).is_some() {
+                self.close_ended_copies((over == Over::Principal).then_some(&principal))
+                    .await;
+            }
         }
         let Some(over) = self.over(&principal) else {
             self.record(id, principal).await;
@@ -157,6 +172,61 @@ impl Owners {
 
     fn forget(&self, id: &str) {
         lock(&self.owners).remove(id);
+    }
+
+    /// Closes the copies of roaming sessions (of `principal`, or anyone's) that were ended
+    /// through another replica, among those due a check against the store: the fallback for an
+    /// announcement missed (Redis down), so a principal at its cap here is not held there by
+    /// sessions it has ended. At most one query per session per `ENDED_CHECK_EVERY`.
+    async fn close_ended_copies(&self, principal: Option<&PrincipalId>) {
+        let Some(roaming) = &self.roaming else {
+            return;
+        };
+        for (client_id, internal) in roaming.due() {
+            if principal.is_some_and(|p| self.owner(&internal).as_ref() != Some(p)) {
+                continue;
+            }
+            match roaming.ended(&client_id).await {
+                Ok(true) => {
+                    roaming.forget(&client_id);
+                    let _ = self.sessions.close_session(&internal.as_str().into()).await;
+                    self.forget(&internal);
+                }
+                Ok(false) => roaming.checked(&client_id),
+                // The store cannot answer: leave the rest for the next time.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Closes the copy held here of the session ended through another replica whose client id
+    /// has digest `digest`, if there is one.
+    async fn ended_elsewhere(&self, digest: &str) {
+        let Some(internal) = self
+            .roaming
+            .as_ref()
+            .and_then(|roaming| roaming.forget_digest(digest))
+        else {
+            return;
+        };
+        let _ = self.sessions.close_session(&internal.as_str().into()).await;
+        self.forget(&internal);
+        tracing::debug!("closed a session another replica ended");
+    }
+
+    /// Tells the other replicas that the session the client calls `client_id` was ended.
+    fn announce_end(&self, client_id: &str) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let event = Event::SessionEnded {
+            digest: roaming::digest(client_id),
+        };
+        tokio::spawn(async move {
+            if let Err(error) = cluster.publish(&event).await {
+                tracing::debug!(%error, "could not tell the other replicas that a session ended");
+            }
+        });
     }
 
     /// Drops the bindings of sessions rmcp no longer has.
@@ -222,7 +292,10 @@ impl Owners {
             return Entry::Revive;
         }
         match roaming.end(id, state.opened).await {
-            Ok(()) => Entry::Ended,
+            Ok(()) => {
+                self.announce_end(id);
+                Entry::Ended
+            }
             Err(error) => {
                 tracing::warn!(%error, "cannot record the end of a session");
                 Entry::Refused(super::errors::unavailable(
@@ -334,8 +407,11 @@ pub(crate) async fn bind(
                     Some(state) => roaming.end(client_id, state.opened).await,
                     None => Ok(()),
                 };
-                if let Err(error) = recorded {
-                    tracing::warn!(%error, "cannot record the end of a session: another replica could revive it");
+                match recorded {
+                    Ok(()) => owners.announce_end(client_id),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot record the end of a session: another replica could revive it")
+                    }
                 }
             }
             response = StatusCode::NO_CONTENT.into_response();
@@ -364,6 +440,24 @@ fn not_found() -> Response {
     response
 }
 
+/// Closes this replica's copies of the sessions the other replicas end, as they announce them,
+/// while `owners` lives.
+pub(crate) async fn hear_ended(owners: Weak<Owners>, mut events: broadcast::Receiver<Event>) {
+    loop {
+        match events.recv().await {
+            Ok(Event::SessionEnded { digest }) => {
+                let Some(owners) = owners.upgrade() else {
+                    return;
+                };
+                owners.ended_elsewhere(&digest).await;
+            }
+            // Missed announcements are caught later (`Owners::close_ended_copies`).
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -375,6 +469,7 @@ mod tests {
             sessions.clone(),
             &config::LimitsConfig::default(),
             Arc::default(),
+            None,
             None,
         );
         let (live, _transport) = sessions.create_session().await.expect("session");
@@ -398,7 +493,7 @@ mod tests {
             max_sessions_per_principal: 2,
             ..config::LimitsConfig::default()
         };
-        let owners = Owners::new(sessions.clone(), &limits, Arc::default(), None);
+        let owners = Owners::new(sessions.clone(), &limits, Arc::default(), None, None);
         let mut open = Vec::new();
         for _ in 0..4 {
             let (id, transport) = sessions.create_session().await.expect("session");
