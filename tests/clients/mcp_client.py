@@ -24,7 +24,9 @@ An MCP error answered by the server is data: {"error": {"code", "message"[, "dat
 input_required result) the same way: `open` plays a user who consents to a
 URL-mode elicitation: the URL is fetched (QUERY, e.g. `user=bob`, appended to
 its query), following redirects, and the answer is `accept`; form mode is
-declined. `form:JSON` plays a user who fills every form in with the JSON object
+declined (with MCP_CLIENT_CALLBACK_PORT set, a redirect to `/oauth/callback` is
+sent to that port instead, as a load balancer in front of replicas would).
+`form:JSON` plays a user who fills every form in with the JSON object
 and accepts (URL mode is then declined). `decline` / `cancel` answer that. The output then has
 "elicitations": [{"mode", "message", "url", "action"[, "status"]}, ...].
 
@@ -543,8 +545,20 @@ def elicitation_callback(opts: dict[str, Any], record: list[dict[str, Any]]) -> 
             if action == "accept":
                 # The browser: opens the URL and follows every redirect (to the gateway's
                 # callback, in mcpgw's tests) before the client says "accept".
-                async with httpx2.AsyncClient(follow_redirects=True, timeout=30.0) as browser:
+                # MCP_CLIENT_CALLBACK_PORT plays a load balancer in front of replicas: the
+                # return to `/oauth/callback` goes to that port instead.
+                callback_port = os.environ.get("MCP_CLIENT_CALLBACK_PORT")
+                async with httpx2.AsyncClient(follow_redirects=not callback_port, timeout=30.0) as browser:
                     response = await browser.get(with_query(params.url, answer["query"]))
+                    for _ in range(10):
+                        if not (callback_port and response.is_redirect):
+                            break
+                        target = httpx2.URL(response.headers["location"])
+                        if not target.is_absolute_url:
+                            target = response.url.join(target)
+                        if target.path == "/oauth/callback":
+                            target = target.copy_with(port=int(callback_port))
+                        response = await browser.get(target)
                 entry["status"] = response.status_code
         elif action == "accept" and "form" in answer:
             schema = getattr(params, "requested_schema", None)

@@ -10,14 +10,15 @@
 //! - [`Event`]s ([`Cluster::publish`], [`Cluster::events`]): an approval decided (the replica
 //!   holding the waiting call wakes it), a server whose lists must be fetched again (a catalog
 //!   and pin invalidation), a legacy session ended through one replica (the others close their
-//!   copies of it). Each process hears only the others' events, never its own.
+//!   copies of it), a sign-in finished (the replica whose call waits for it wakes it). Each
+//!   process hears only the others' events, never its own.
 //! - [`Cluster::take_token`]: one call from a shared token bucket (an atomic Lua script on
 //!   Redis's own clock, so the replicas' clocks do not matter).
 //! - [`Cluster::put_auth_state`] / [`Cluster::take_auth_state`]: a pending authorization kept
-//!   under its `state` for [`AUTH_STATE_TTL`] (`SET … EX … NX`), taken once (`GETDEL`). Not
-//!   used by the gateway yet: its pending logins hold rmcp's authorization session in the
-//!   process that started them, and finishing one on another replica needs that session
-//!   rebuilt there (tracker issue 17).
+//!   under its `state` for [`AUTH_STATE_TTL`] (`SET … EX … NX`), taken once (`GETDEL`). The
+//!   gateway keeps each sign-in it starts there, sealed by the caller (it holds the PKCE
+//!   verifier), so that the browser's return may land on any replica; the take is the one
+//!   authority on whether a login was used.
 //!
 //! Invariants:
 //! - Redis is never the only record of anything that must survive: a decision, a pin or a
@@ -40,7 +41,7 @@ use std::{
 };
 
 use futures::StreamExt as _;
-use ids::ServerName;
+use ids::{PrincipalId, ServerName};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, watch};
@@ -70,6 +71,13 @@ pub enum Event {
     /// Server `name`'s lists changed, or its definitions must be checked against the pins
     /// again: list it again.
     Server { name: ServerName },
+    /// A sign-in of `principal` to `server` finished (the tokens, if it succeeded, are in the
+    /// database): `failure` says why it did not, `None` when it did.
+    Login {
+        server: ServerName,
+        principal: PrincipalId,
+        failure: Option<String>,
+    },
     /// The legacy session whose client id has this SHA-256 (lowercase hex) was ended with
     /// HTTP DELETE through the sending replica (and recorded as ended in the database): a
     /// replica holding a copy of it closes that copy. Only the digest travels, never the id.

@@ -122,6 +122,8 @@ pub(crate) async fn listen(gateway: Weak<Gateway>, mut events: broadcast::Receiv
             }
             // The HTTP listener's business (`http::session_owner::hear_ended`).
             Ok(Event::SessionEnded { .. }) => {}
+            // Heard by the sign-in endpoints' own listener (`oauth::login::hear_replicas`).
+            Ok(Event::Login { .. }) => {}
             Ok(Event::Resubscribed) | Err(broadcast::error::RecvError::Lagged(_)) => {
                 gateway.approval_waiters.wake();
                 let ready: Vec<_> = gateway

@@ -369,6 +369,19 @@ impl Store {
         }))
     }
 
+    /// Seals a pending login that travels outside the database (to Redis, for another replica
+    /// to finish: its PKCE verifier is a secret) under the store's key, bound to its `state`:
+    /// sealed for one state, it does not open as another's.
+    pub fn seal_login(&self, state: &str, payload: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.secrets.seal_bytes(&login_row(state), payload)
+    }
+
+    /// Opens a login sealed by [`Store::seal_login`] for `state`; `None` when it does not open
+    /// (another key, another state, tampered). Not logged here: the caller says what it means.
+    pub fn open_login(&self, state: &str, sealed: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.secrets.open_bytes(&login_row(state), sealed)
+    }
+
     async fn purge_auth_states(&self) -> Result<(), StoreError> {
         let oldest = unix_seconds(SystemTime::now()) - ttl_seconds();
         on_pool!(&self.pool, pool => {
@@ -416,6 +429,15 @@ fn state_row<'a>(state: &'a str, server: &'a str, principal: &'a str) -> Row<'a>
     }
 }
 
+fn login_row(state: &str) -> Row<'_> {
+    Row {
+        table: "oauth_states",
+        column: "handoff",
+        key: vec![state],
+        shown: Vec::new(),
+    }
+}
+
 /// Keeps only a JSON object's public members; `None` when `metadata` is not a JSON object.
 fn public_metadata(metadata: &str) -> Option<String> {
     let serde_json::Value::Object(mut members) = serde_json::from_str(metadata).ok()? else {
@@ -444,6 +466,39 @@ mod tests {
     use super::*;
     use crate::{KeySource, SECRET_KEY_VAR};
     use std::time::UNIX_EPOCH;
+
+    #[tokio::test]
+    async fn a_sealed_login_opens_only_under_its_key_and_state() {
+        let store = Store::open_in_memory().await.expect("store");
+        let other = Store::open_in_memory().await.expect("store");
+        let payload = br#"{"verifier":"v-123"}"#;
+        let sealed = store.seal_login("state-1", payload).expect("sealed");
+        assert!(
+            !sealed.windows(5).any(|w| w == b"v-123"),
+            "the verifier is not readable in the sealed value"
+        );
+        assert_eq!(
+            store
+                .open_login("state-1", &sealed)
+                .expect("key")
+                .as_deref(),
+            Some(&payload[..])
+        );
+        assert_eq!(
+            other.open_login("state-1", &sealed).expect("key"),
+            None,
+            "another key"
+        );
+        assert_eq!(
+            store.open_login("state-2", &sealed).expect("key"),
+            None,
+            "another state"
+        );
+        let mut tampered = sealed.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert_eq!(store.open_login("state-1", &tampered).expect("key"), None);
+    }
 
     const ISSUER: &str = "https://auth.example.com";
     const REDIRECT: &str = "http://127.0.0.1:8080/oauth/callback";

@@ -22,13 +22,13 @@ use crate::replicas::Session;
 const SECRET_KEY: &str = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
 
 /// A `redis-server` of this test's own: no persistence, loopback only.
-struct Redis {
+pub(crate) struct Redis {
     proc: Option<Proc>,
     port: u16,
 }
 
 impl Redis {
-    fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         let mut redis = Redis {
             proc: None,
             port: free_port(),
@@ -52,11 +52,11 @@ impl Redis {
         });
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.proc = None;
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 }

@@ -5,8 +5,11 @@
 //! `redispatch`). A legacy session opened on one replica carries on on the others (its sealed
 //! id, `gateway::http::roaming`); a forged, tampered, foreign or deleted one does not; a
 //! 2026-07-28 client works on any; `servers list` and the admin API say which replica
-//! answered; an expired OAuth token is refreshed once for all replicas; `kill -9` of a replica
-//! under load from 10 clients fails only the calls it had in flight, each visibly.
+//! answered; an expired OAuth token is refreshed once for all replicas; a sign-in started on
+//! one replica finishes when the browser comes back to another (with Redis: the login is kept
+//! there sealed, taken once, and the waiting call on the first replica resumes), and only on
+//! the replica that started it while Redis is down; `kill -9` of a replica under load from 10
+//! clients fails only the calls it had in flight, each visibly.
 
 use std::{
     net::SocketAddr,
@@ -32,10 +35,15 @@ const KEY: &str = "3q2+7wABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhs=";
 /// The configuration of replica `name` on `url`, with `toml` (servers, `[gateway]`) and the
 /// shared key file `key`.
 fn replica_config(name: &str, url: &str, key: &Path, toml: &str) -> ConfigDir {
+    replica_config_with(name, url, key, toml, "")
+}
+
+/// [`replica_config`] with more lines of `[store]` (`redis`, `replicas`).
+fn replica_config_with(name: &str, url: &str, key: &Path, toml: &str, store: &str) -> ConfigDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mcpgw.toml");
     let text = format!(
-        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = \"{url}\"\nkey_file = {:?}\nreplica = \"{name}\"\n",
+        "{toml}\n{LOOPBACK_ALLOWLIST}\n[store]\nurl = \"{url}\"\nkey_file = {:?}\nreplica = \"{name}\"\n{store}",
         key.display().to_string()
     );
     std::fs::write(&path, text).expect("write config");
@@ -102,7 +110,12 @@ impl Cluster {
     }
 
     fn add(&mut self, name: &str, toml: &str) {
-        let config = replica_config(name, &self.url, &self.key, toml);
+        self.add_with(name, toml, "");
+    }
+
+    /// [`Cluster::add`] with more lines of `[store]`.
+    fn add_with(&mut self, name: &str, toml: &str, store: &str) {
+        let config = replica_config_with(name, &self.url, &self.key, toml, store);
         self.replicas
             .push(start_replica(config, "info,gateway::http=debug"));
     }
@@ -778,6 +791,210 @@ fn an_expired_token_is_refreshed_once_for_all_replicas_under_concurrent_calls() 
         [1, 1, 1],
         "one refresh per expiry across the replicas"
     );
+}
+
+/// A GET at `url` without following redirects: status, `Location` and body.
+fn get_once(url: &str) -> (u16, Option<String>, String) {
+    let response = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+        .get(url)
+        .send()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = response.status().as_u16();
+    let location = response
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (status, location, response.text().unwrap_or_default())
+}
+
+/// `url` (a callback URL on some replica) sent to the replica on `port` instead.
+fn on_port(url: &str, port: u16) -> String {
+    let mut url = reqwest::Url::parse(url).expect("a URL");
+    url.set_port(Some(port)).expect("a port");
+    url.to_string()
+}
+
+#[test]
+fn a_signin_started_on_one_replica_finishes_on_another_once() {
+    let mut redis = crate::cluster::Redis::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fixture = OAuthServer::start(dir.path(), None);
+    let toml = format!(
+        "[[servers]]\nname = \"docs\"\ntimeout_s = 20\nauth = {{ type = \"oauth\" }}\ntransport = {{ type = \"http\", url = \"{}\" }}\n\n[retrieval]\nstrategy = \"bm25\"\n",
+        fixture.endpoint("/mcp")
+    );
+    let store = format!("redis = {:?}\nreplicas = 3\n", redis.url());
+    let mut cluster = Cluster::empty();
+    for i in 1..=3 {
+        cluster.add_with(&format!("r{i}"), &toml, &store);
+    }
+    for replica in &cluster.replicas {
+        wait_until("the replica's Redis link", Duration::from_secs(20), || {
+            replica
+                .health()
+                .is_some_and(|h| h["replicas"]["state"] == "ok")
+        });
+    }
+    let [a, b, c] = [0, 1, 2].map(|i| &cluster.replicas[i]);
+    let logs = || {
+        cluster
+            .replicas
+            .iter()
+            .map(Gateway::log_text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+
+    // Started on A: the authorization server sends the browser back to A's callback ...
+    let (status, _, body) = get_once(&format!(
+        "http://127.0.0.1:{}/oauth/start?server=docs",
+        a.port
+    ));
+    assert_eq!(status, 200, "{body}");
+    let started: Value = serde_json::from_str(&body).expect("JSON");
+    let authorize = started["authorization_url"].as_str().expect("a URL");
+    let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
+    assert!((300..400).contains(&status), "{status} {body}");
+    let callback = location.expect("the authorization server's redirect");
+    assert!(
+        callback.starts_with(&format!("http://127.0.0.1:{}/oauth/callback?", a.port)),
+        "{callback}"
+    );
+    // ... which a load balancer hands to B.
+    let (status, _, page) = get_once(&on_port(&callback, b.port));
+    assert_eq!(status, 200, "{page}\n{}", logs());
+    assert!(page.contains("Signed in to &#39;docs&#39;."), "{page}");
+    assert_eq!(fixture.grants("authorization_code"), 1);
+
+    // A hears of it: its login no longer waits for a browser.
+    wait_until(
+        "A to drop the login B finished",
+        Duration::from_secs(10),
+        || {
+            let (_, _, body) = get_once(&format!("http://127.0.0.1:{}/oauth/status", a.port));
+            serde_json::from_str::<Value>(&body).is_ok_and(|rows| rows[0]["login_pending"] == false)
+        },
+    );
+
+    // The tokens are shared: calls on A and on C are alice's.
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    for replica in [a, c] {
+        let mut last = String::new();
+        let answered = wait_until_ok(Duration::from_secs(30), || {
+            let (status, body) = modern_call(
+                &http,
+                &replica.url(),
+                "call_tool",
+                json!({"name": "docs__whoami", "arguments": {}}),
+            );
+            last = format!("{status} {body}");
+            status == 200 && body.contains("alice") && !body.contains("\"isError\":true")
+        });
+        assert!(answered, "on {}: {last}\n{}", replica.port, logs());
+    }
+
+    // The same callback again, on C and on A (which started it): used.
+    for replica in [c, a] {
+        let (status, _, page) = get_once(&on_port(&callback, replica.port));
+        assert_eq!(status, 400, "replay on {}: {page}", replica.port);
+        assert!(page.contains("unknown, already used or expired"), "{page}");
+    }
+    // A state nobody issued.
+    let (status, _, page) = get_once(&format!(
+        "http://127.0.0.1:{}/oauth/callback?code=x&state=forged",
+        c.port
+    ));
+    assert_eq!(status, 400, "{page}");
+    assert!(page.contains("unknown, already used or expired"), "{page}");
+    assert_eq!(fixture.grants("authorization_code"), 1, "one exchange");
+
+    // A call on A that waits for a sign-in (URL elicitation) resumes when the browser's return
+    // reaches B: only B's announcement can wake it (A's own callback is never reached).
+    let signed_in = |replica: &Gateway| replica.log_text().matches("signed in").count();
+    let (a_before, b_before) = (signed_in(a), signed_in(b));
+    fixture.revoke_grant();
+    let report = py_client_with(
+        &["--url", &a.url(), "--elicit", "open:user=bob"],
+        "legacy",
+        json!([{"op": "call_tool", "name": "call_tool",
+                "arguments": {"name": "docs__whoami", "arguments": {}}}]),
+        |command| {
+            command.env("MCP_CLIENT_CALLBACK_PORT", b.port.to_string());
+        },
+    );
+    let whoami = &report["steps"][0];
+    assert_eq!(whoami["isError"], false, "{report}\n{}", logs());
+    assert!(result_text(whoami).contains(r#""user": "bob""#), "{whoami}");
+    assert_eq!(report["elicitations"][0]["status"], 200, "{report}");
+    assert_eq!(fixture.grants("authorization_code"), 2);
+    assert_eq!(
+        (signed_in(a), signed_in(b)),
+        (a_before, b_before + 1),
+        "B finished it, not A"
+    );
+
+    // Redis down: a sign-in still finishes on the replica that started it, and only there.
+    redis.stop();
+    for replica in [a, b] {
+        wait_until(
+            "the replica to say degraded",
+            Duration::from_secs(20),
+            || {
+                replica
+                    .health()
+                    .is_some_and(|h| h["replicas"]["state"] == "degraded")
+            },
+        );
+    }
+    let sign_in_on_a = || {
+        let (status, _, body) = get_once(&format!(
+            "http://127.0.0.1:{}/oauth/start?server=docs",
+            a.port
+        ));
+        assert_eq!(status, 200, "{body}");
+        let started: Value = serde_json::from_str(&body).expect("JSON");
+        let authorize = started["authorization_url"].as_str().expect("a URL");
+        let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
+        assert!((300..400).contains(&status), "{status} {body}");
+        location.expect("the authorization server's redirect")
+    };
+    let alone = sign_in_on_a();
+    assert_ne!(alone, callback);
+    let (status, _, page) = get_once(&on_port(&alone, b.port));
+    assert_eq!(status, 400, "B cannot know it: {page}");
+    let (status, _, page) = get_once(&alone);
+    assert_eq!(status, 200, "A finishes its own: {page}\n{}", logs());
+    let (status, _, _) = get_once(&alone);
+    assert_eq!(status, 400, "once");
+    assert_eq!(fixture.grants("authorization_code"), 3);
+
+    // The verifier went through Redis sealed: no secret in any replica's log.
+    let logs = logs();
+    for secret in fixture.secrets_seen() {
+        assert!(!logs.contains(&secret), "a secret in the replicas' logs");
+    }
+}
+
+/// Polls `check` until it holds or `timeout` passes; says which.
+fn wait_until_ok(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A PostgreSQL cluster of this test's own (Debian's binaries, as scripts/test-postgres.sh

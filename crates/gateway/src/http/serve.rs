@@ -244,6 +244,7 @@ fn app(
     drain: Drain,
 ) -> Router {
     let logins = Arc::new(Logins::for_listener(local, &gateway.config()));
+    crate::oauth::login::hear_replicas(&gateway, &logins);
     // Larger request bodies on `/mcp` get 413 (`[limits] request_bytes`).
     let request_bytes = gateway.config().policy.limits.request_bytes;
     let (service, owners, direct) = mcp_service(&gateway, &logins, shutdown);

@@ -7,7 +7,15 @@
 //! browser back to the console's page.
 //!
 //! - A login's `state` is single use and refused after [`LOGIN_TTL`]. It carries no secret: the
-//!   PKCE verifier never leaves this process ([`MemoryLoginStates`] and the pending session).
+//!   PKCE verifier stays in this process ([`MemoryLoginStates`] and the pending session), and
+//!   with replicas (`[store] redis`) leaves it only sealed with the store's secret key, to
+//!   Redis ([`SharedLogin`]), so that the browser's return may land on any replica. There the
+//!   take from Redis (`GETDEL`) is what makes a login single use across replicas: a replica that
+//!   does not know the `state` finishes the login from Redis (the code exchanged with the
+//!   handoff, the tokens stored in the shared database), and announces it to the others, whose
+//!   waiting calls resume and whose copy of the login is dropped. A login recorded only here
+//!   (Redis was down when it started), or found here while Redis is down, finishes here as
+//!   without replicas.
 //! - The callback is not authenticated (a browser carries no client key): whose tokens it stores
 //!   is what the pending login recorded when it started, found by its `state`, never anything
 //!   the browser sends.
@@ -38,13 +46,16 @@ use axum::{
     response::{Html, IntoResponse, Response},
     routing::get,
 };
+use base64::Engine as _;
 use ids::ServerName;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use upstream::oauth::{
-    LOGIN_TTL, LoginCallback, MemoryLoginStates, OAuthSettings, PendingLogin, RefreshLocks,
-    ServerCredentials, StateStore, finish_login, start_login,
+    LOGIN_TTL, LoginCallback, LoginHandoff, LoginOutcome, MemoryLoginStates, OAuthSettings,
+    PendingLogin, RefreshLocks, ServerCredentials, StateStore, finish_handoff, finish_login,
+    start_login,
 };
 use url::Url;
 
@@ -79,8 +90,8 @@ const REQUEST_STATE_PREFIX: &str = "mcpgw-signin:";
 /// The sign-ins of one gateway: logins waiting for their browser, and what became of them.
 pub struct Logins {
     site: Result<Site, Unavailable>,
-    /// rmcp's record of each started login (the PKCE verifier): memory only, it never needs to
-    /// outlive the process that will receive the callback.
+    /// rmcp's record of each started login (the PKCE verifier): memory only; another replica
+    /// finishes a login from its sealed copy in Redis, not from this.
     states: Arc<dyn StateStore>,
     pending: Mutex<Table<PendingLogin>>,
     /// By (server, principal id).
@@ -364,7 +375,7 @@ impl Logins {
         {
             return Ok(started);
         }
-        let oauth = StoreOAuth::new(store, ids::PrincipalId::new(principal.as_str()));
+        let oauth = StoreOAuth::new(store.clone(), ids::PrincipalId::new(principal.as_str()));
         let credentials = ServerCredentials::new(Arc::new(oauth), server);
         let starting = start_login(
             url.as_str(),
@@ -384,6 +395,18 @@ impl Logins {
             .map_err(|e| start_error(e.to_string()))?;
         let state = super::callback::state_of(&authorization_url)
             .ok_or_else(|| start_error("the authorization URL carries no state".to_owned()))?;
+        let shared = match &gateway.cluster {
+            Some(cluster) => {
+                let shared = SharedLogin {
+                    server: server.into(),
+                    principal: principal.clone(),
+                    back: back.map(str::to_owned),
+                    login: login.handoff().clone(),
+                };
+                shared.put(cluster, &store, &state).await
+            }
+            None => false,
+        };
         let pending = Pending {
             server: server.into(),
             principal: principal.clone(),
@@ -393,6 +416,7 @@ impl Logins {
             authorization_url,
             redirect_uri: settings.redirect_uri.clone(),
             back,
+            shared,
             login,
         };
         let started = pending.started();
@@ -461,7 +485,7 @@ impl Logins {
                 ),
             );
         };
-        let Some(pending) = self.pending().take(&state, Instant::now()) else {
+        let Some(claimed) = self.claim(gateway, &state).await else {
             return (
                 StatusCode::BAD_REQUEST,
                 browser_page(&format!(
@@ -470,47 +494,31 @@ impl Logins {
                 )),
             );
         };
-        let server = pending.server.clone();
-        let principal = pending.principal.clone();
-        let back = pending.back;
-        let outcome = match Url::parse(&pending.redirect_uri) {
+        let (server, principal) = (claimed.server.clone(), claimed.principal.clone());
+        let back = claimed.back.clone();
+        let outcome = match Url::parse(&claimed.redirect_uri) {
             Ok(mut url) if url.path() == path => {
                 url.set_query(Some(query));
-                finish_login(pending.login, LoginCallback::Url(url.into()))
-                    .await
-                    .map_err(|e| e.to_string())
+                self.exchange(gateway, claimed, url.into()).await
             }
             _ => Err(format!(
                 "the browser came back to {path}, not to the redirect URI of this sign-in"
             )),
         };
-        self.announce(
-            &server,
-            &principal,
-            outcome.as_ref().map(drop).map_err(Clone::clone),
-        );
+        let failure = outcome.as_ref().err().cloned();
+        self.announce(&server, &principal, failure.clone().map_or(Ok(()), Err));
+        gateway.tell_replicas(cluster::Event::Login {
+            server: server.clone(),
+            principal: principal.clone(),
+            failure,
+        });
         match outcome {
             Ok(outcome) => {
                 tracing::info!(%server, %principal, scopes = %outcome.scopes.join(" "), "signed in");
-                if let Ok(Some(upstream)) = gateway.upstreams().for_principal(&server, &principal) {
-                    let gateway = gateway.clone();
-                    tokio::spawn(async move {
-                        let listed = upstream.refresh_tools().await.is_ok();
-                        // The local user's list is the catalog's; another principal's joins it
-                        // only when the catalog has none of this server's tools yet.
-                        let first = !gateway
-                            .catalog()
-                            .tools()
-                            .iter()
-                            .any(|tool| tool.server == upstream.name());
-                        if listed && (upstream.principal() == ids::PrincipalId::LOCAL || first) {
-                            gateway.refresh_catalog().await;
-                        }
-                    });
-                }
+                list_after_sign_in(gateway, &server, &principal);
                 let done = format!("Signed in to '{server}'.");
                 let page = match back {
-                    Some(back) => browser_page_back(&done, back, true),
+                    Some(back) => browser_page_back(&done, &back, true),
                     None => browser_page(&format!("{done} You can close this tab.")),
                 };
                 (StatusCode::OK, page)
@@ -519,10 +527,75 @@ impl Logins {
                 tracing::warn!(%server, %principal, %reason, "sign-in failed");
                 let failed = format!("Signing in to '{server}' failed: {reason}.");
                 let page = match back {
-                    Some(back) => browser_page_back(&failed, back, false),
+                    Some(back) => browser_page_back(&failed, &back, false),
                     None => browser_page(&format!("{failed} You can close this tab.")),
                 };
                 (StatusCode::BAD_REQUEST, page)
+            }
+        }
+    }
+
+    /// The login `state` names, taken once: from this process's table, and with replicas from
+    /// Redis, whose take is the authority on whether the login was used (on any replica). A
+    /// login of this process that was never recorded in Redis (it was down then), or found here
+    /// while Redis is down, is finished here as without replicas.
+    async fn claim(&self, gateway: &Gateway, state: &str) -> Option<Claimed> {
+        let here = self.pending().take(state, Instant::now());
+        let shared = here.as_ref().is_none_or(|pending| pending.shared);
+        let Some(cluster) = gateway.cluster.as_ref().filter(|_| shared) else {
+            return here.map(Claimed::here);
+        };
+        let taken = match cluster.take_auth_state(state).await {
+            Ok(taken) => taken,
+            Err(error) => {
+                if here.is_some() {
+                    tracing::warn!(%error, "redis unreachable: finishing this replica's sign-in without it");
+                }
+                return here.map(Claimed::here);
+            }
+        };
+        let taken = taken?;
+        if let Some(here) = here {
+            // Started here: the rmcp session in memory finishes it, no discovery again.
+            return Some(Claimed::here(here));
+        }
+        let store = gateway.store()?;
+        match SharedLogin::open(store, state, &taken) {
+            Some(shared) => Some(Claimed::shared(shared)),
+            None => {
+                tracing::warn!(
+                    "ignoring a sign-in recorded by another replica that does not open (another secret key?)"
+                );
+                None
+            }
+        }
+    }
+
+    /// Exchanges the code of the `callback` URL for the tokens of a claimed login.
+    async fn exchange(
+        &self,
+        gateway: &Gateway,
+        claimed: Claimed,
+        callback: String,
+    ) -> Result<LoginOutcome, String> {
+        let callback = LoginCallback::Url(callback);
+        match claimed.login {
+            Login::Here(login) => finish_login(*login, callback)
+                .await
+                .map_err(|e| e.to_string()),
+            Login::Shared(handoff) => {
+                let (_, settings) = self
+                    .settings(gateway, &claimed.server)
+                    .map_err(|e| e.to_string())?;
+                let store = gateway
+                    .store()
+                    .cloned()
+                    .ok_or(LoginError::NoStore.to_string())?;
+                let oauth = StoreOAuth::new(store, claimed.principal.clone());
+                let credentials = ServerCredentials::new(Arc::new(oauth), &claimed.server);
+                finish_handoff(*handoff, &settings, &credentials, callback)
+                    .await
+                    .map_err(|e| e.to_string())
             }
         }
     }
@@ -574,6 +647,65 @@ impl Logins {
                 .as_ref()
                 .is_ok_and(|site| site.extra_paths.iter().any(|p| p == path))
     }
+}
+
+/// Lists `server` again for `principal` after a sign-in, in the background, so its tools join
+/// the catalog if they were never listed.
+fn list_after_sign_in(gateway: &Arc<Gateway>, server: &str, principal: &ids::PrincipalId) {
+    let Ok(Some(upstream)) = gateway.upstreams().for_principal(server, principal) else {
+        return;
+    };
+    let gateway = gateway.clone();
+    tokio::spawn(async move {
+        let listed = upstream.refresh_tools().await.is_ok();
+        // The local user's list is the catalog's; another principal's joins it only when the
+        // catalog has none of this server's tools yet.
+        let first = !gateway
+            .catalog()
+            .tools()
+            .iter()
+            .any(|tool| tool.server == upstream.name());
+        if listed && (upstream.principal() == ids::PrincipalId::LOCAL || first) {
+            gateway.refresh_catalog().await;
+        }
+    });
+}
+
+/// Hears the sign-ins other replicas finished, while `logins` lives: each is announced here as
+/// if it had finished here (a call waiting for it resumes), this replica's logins of the same
+/// (server, principal) are dropped (the one finished elsewhere may have been one of them, now
+/// used), and a successful one lists the server again. Nothing without Redis.
+pub(crate) fn hear_replicas(gateway: &Arc<Gateway>, logins: &Arc<Logins>) {
+    let Some(cluster) = &gateway.cluster else {
+        return;
+    };
+    let mut events = cluster.events();
+    let (gateway, logins) = (Arc::downgrade(gateway), Arc::downgrade(logins));
+    tokio::spawn(async move {
+        loop {
+            let event = events.recv().await;
+            let (Some(gateway), Some(logins)) = (gateway.upgrade(), logins.upgrade()) else {
+                return;
+            };
+            match event {
+                Ok(cluster::Event::Login {
+                    server,
+                    principal,
+                    failure,
+                }) => {
+                    tracing::debug!(%server, %principal, "another replica finished a sign-in");
+                    logins.pending().forget(&server, &principal);
+                    let signed_in = failure.is_none();
+                    logins.announce(&server, &principal, failure.map_or(Ok(()), Err));
+                    if signed_in {
+                        list_after_sign_in(&gateway, &server, &principal);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            }
+        }
+    });
 }
 
 /// Waits until a login of the watched server finishes after `after` (a [`Finished::serial`]),
@@ -632,7 +764,94 @@ struct Pending<L> {
     redirect_uri: String,
     /// Where the browser goes once the login is done (a console page), if anywhere.
     back: Option<&'static str>,
+    /// Whether the login is recorded in Redis too, for any replica to finish; then Redis's
+    /// take decides whether it is still unused.
+    shared: bool,
     login: L,
+}
+
+/// A login taken for its callback: started here (rmcp's session in memory) or by another
+/// replica (its handoff, from Redis).
+struct Claimed {
+    server: ServerName,
+    principal: ids::PrincipalId,
+    redirect_uri: String,
+    back: Option<String>,
+    login: Login,
+}
+
+/// Both boxed: rmcp's session and the handoff are each kilobytes.
+enum Login {
+    Here(Box<PendingLogin>),
+    Shared(Box<LoginHandoff>),
+}
+
+impl Claimed {
+    fn here(pending: Pending<PendingLogin>) -> Self {
+        Self {
+            server: pending.server,
+            principal: pending.principal,
+            redirect_uri: pending.redirect_uri,
+            back: pending.back.map(str::to_owned),
+            login: Login::Here(Box::new(pending.login)),
+        }
+    }
+
+    fn shared(shared: SharedLogin) -> Self {
+        Self {
+            server: shared.server,
+            principal: shared.principal,
+            redirect_uri: shared.login.redirect_uri().to_owned(),
+            back: shared.back,
+            login: Login::Shared(Box::new(shared.login)),
+        }
+    }
+}
+
+/// A login as Redis keeps it, for whichever replica the browser comes back to: whose it is,
+/// where the browser goes afterwards, and what finishing it takes (the PKCE verifier among
+/// it). Sealed with the store's secret key, bound to the login's `state`, before it leaves the
+/// process; `Debug` shows no secret.
+#[derive(Debug, Serialize, Deserialize)]
+struct SharedLogin {
+    server: ServerName,
+    principal: ids::PrincipalId,
+    back: Option<String>,
+    login: LoginHandoff,
+}
+
+impl SharedLogin {
+    /// The sealed text kept in Redis under `state`.
+    fn seal(&self, store: &store::Store, state: &str) -> Option<String> {
+        let json = serde_json::to_vec(self).ok()?;
+        let sealed = store.seal_login(state, &json).ok()?;
+        Some(base64::engine::general_purpose::STANDARD_NO_PAD.encode(sealed))
+    }
+
+    /// Opens what [`SharedLogin::seal`] made for `state`; `None` when it does not open.
+    fn open(store: &store::Store, state: &str, text: &str) -> Option<SharedLogin> {
+        let sealed = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(text)
+            .ok()?;
+        let json = store.open_login(state, &sealed).ok()??;
+        serde_json::from_slice(&json).ok()
+    }
+
+    /// Records this login in Redis under `state` for [`cluster::AUTH_STATE_TTL`]; whether it
+    /// was. Not recorded (Redis down), the login can still finish on this replica.
+    async fn put(&self, cluster: &cluster::Cluster, store: &store::Store, state: &str) -> bool {
+        let Some(sealed) = self.seal(store, state) else {
+            tracing::warn!(server = %self.server, "cannot seal the sign-in for the other replicas; it finishes only here");
+            return false;
+        };
+        match cluster.put_auth_state(state, &sealed).await {
+            Ok(put) => put,
+            Err(error) => {
+                tracing::warn!(server = %self.server, %error, "sign-in not shared with the other replicas; its browser must come back to this one");
+                false
+            }
+        }
+    }
 }
 
 impl<L> Pending<L> {
@@ -704,6 +923,12 @@ impl<L> Table<L> {
             pending.back = back;
         }
         Some(pending.started())
+    }
+
+    /// Drops the logins of `principal` to `server` (one of theirs finished on another replica).
+    fn forget(&mut self, server: &str, principal: &str) {
+        self.entries
+            .retain(|p| p.server != server || p.principal != principal);
     }
 
     fn waiting(&self, server: &str, principal: &str, now: Instant) -> bool {
@@ -859,8 +1084,99 @@ mod tests {
             authorization_url: format!("https://as.example/authorize?state={state}"),
             redirect_uri: "http://127.0.0.1:8931/oauth/callback".to_owned(),
             back: None,
+            shared: false,
             login: (),
         }
+    }
+
+    /// A shared login as another replica would read it, with `verifier` as its PKCE verifier
+    /// and `secret` as its client secret.
+    fn shared_login(state: &str, verifier: &str, secret: &str) -> SharedLogin {
+        serde_json::from_value(json!({
+            "server": "docs",
+            "principal": "client:alice",
+            "back": "/ui/connections",
+            "login": {
+                "server_url": "https://docs.example/mcp",
+                "challenge": null,
+                "metadata": {
+                    "authorization_endpoint": "https://as.example/authorize",
+                    "token_endpoint": "https://as.example/token",
+                    "issuer": "https://as.example"
+                },
+                "client_id": "client-1",
+                "client_secret": secret,
+                "redirect_uri": "http://127.0.0.1:8931/oauth/callback",
+                "scopes": ["read"],
+                "authorization": {
+                    "pkce_verifier": verifier,
+                    "csrf_token": state,
+                    "created_at": 1
+                }
+            }
+        }))
+        .expect("a shared login")
+    }
+
+    #[tokio::test]
+    async fn a_shared_login_opens_under_its_key_and_state_only() {
+        let store = store::Store::open_in_memory().await.expect("store");
+        let other = store::Store::open_in_memory().await.expect("store");
+        let login = shared_login("st-1", "verifier-0123456789", "client-secret-42");
+        let sealed = login.seal(&store, "st-1").expect("sealed");
+        for secret in ["verifier-0123456789", "client-secret-42", "client:alice"] {
+            assert!(!sealed.contains(secret), "{secret} readable in Redis");
+        }
+        let opened = SharedLogin::open(&store, "st-1", &sealed).expect("opens");
+        assert_eq!(opened.server, "docs");
+        assert_eq!(opened.principal, "client:alice");
+        assert_eq!(opened.back.as_deref(), Some("/ui/connections"));
+        assert_eq!(opened.login.state(), "st-1");
+        assert_eq!(
+            opened.login.redirect_uri(),
+            "http://127.0.0.1:8931/oauth/callback"
+        );
+        assert!(
+            SharedLogin::open(&other, "st-1", &sealed).is_none(),
+            "another replica's key"
+        );
+        assert!(
+            SharedLogin::open(&store, "st-2", &sealed).is_none(),
+            "under another state"
+        );
+        let mut tampered = sealed.clone().into_bytes();
+        tampered[10] = if tampered[10] == b'A' { b'B' } else { b'A' };
+        let tampered = String::from_utf8(tampered).expect("ascii");
+        assert!(SharedLogin::open(&store, "st-1", &tampered).is_none());
+        assert!(SharedLogin::open(&store, "st-1", "not base64!").is_none());
+    }
+
+    #[test]
+    fn a_shared_login_shows_no_secret_in_debug() {
+        let login = shared_login("st-1", "verifier-0123456789", "client-secret-42");
+        let shown = format!("{login:?}");
+        assert!(
+            shown.contains("docs") && shown.contains("client-1"),
+            "{shown}"
+        );
+        for secret in ["verifier-0123456789", "client-secret-42", "st-1"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+    }
+
+    #[test]
+    fn a_login_finished_elsewhere_is_dropped_here() {
+        let now = Instant::now();
+        let mut table = Table::default();
+        table.insert(pending_for("docs", "client:alice", "s-a", now), now);
+        table.insert(pending_for("docs", "client:bob", "s-b", now), now);
+        table.forget("docs", "client:alice");
+        assert!(!table.waiting("docs", "client:alice", now));
+        assert!(table.take("s-a", now).is_none());
+        assert!(
+            table.waiting("docs", "client:bob", now),
+            "another principal's stays"
+        );
     }
 
     #[test]

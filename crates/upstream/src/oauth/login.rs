@@ -1,6 +1,8 @@
 //! The authorisation-code flow split at the browser: [`start_login`] returns the URL to open
 //! and a single-use state that expires after [`LOGIN_TTL`]; [`finish_login`] takes the
-//! callback.
+//! callback. A login can also be finished by another process: [`PendingLogin::handoff`] is
+//! what that process needs ([`LoginHandoff`], secrets included: the caller seals it before it
+//! leaves the process), and [`finish_handoff`] exchanges the code with it.
 
 use std::{
     collections::HashMap,
@@ -12,10 +14,11 @@ use std::{
 use async_trait::async_trait;
 use netguard::{Policy, Refusal};
 use rmcp::transport::auth::{
-    AuthorizationCallback, AuthorizationRequest, AuthorizationSession, WWWAuthenticateParams,
+    AuthorizationCallback, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, OAuthClientConfig, WWWAuthenticateParams,
 };
 use secrecy::{ExposeSecret, SecretString};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use url::Url;
 
 use crate::lock;
@@ -115,6 +118,63 @@ pub struct PendingLogin {
     started_at: u64,
     /// The client under the session's manager, to explain a refused token request.
     http: Arc<GuardedOAuthClient>,
+    handoff: LoginHandoff,
+}
+
+impl PendingLogin {
+    /// What another process needs to finish this login: [`finish_handoff`]. It holds the PKCE
+    /// verifier (and a client secret, if any): seal it before it leaves the process.
+    pub fn handoff(&self) -> &LoginHandoff {
+        &self.handoff
+    }
+}
+
+/// Everything needed to exchange a login's authorisation code without the process that
+/// started it: the server, the authorisation server's metadata and the challenge it was
+/// discovered from, the client, and rmcp's authorisation state (the PKCE verifier, the
+/// expected issuer, the requested scopes). Serialisable; `Debug` shows no secret.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct LoginHandoff {
+    server_url: String,
+    /// The `WWW-Authenticate` challenge discovery started from: discovering again from it
+    /// gives rmcp the same RFC 8707 `resource` for the token request.
+    challenge: Option<String>,
+    metadata: AuthorizationMetadata,
+    client_id: String,
+    client_secret: Option<String>,
+    redirect_uri: String,
+    scopes: Vec<String>,
+    authorization: StoredAuthorizationState,
+}
+
+impl LoginHandoff {
+    /// The `state` of the authorisation request this login answers.
+    pub fn state(&self) -> &str {
+        &self.authorization.csrf_token
+    }
+
+    /// The redirect URI of the authorisation request.
+    pub fn redirect_uri(&self) -> &str {
+        &self.redirect_uri
+    }
+
+    /// When the login started (seconds since the epoch).
+    pub fn started_at(&self) -> u64 {
+        self.authorization.created_at
+    }
+}
+
+impl fmt::Debug for LoginHandoff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The verifier and the client secret are secrets, the state a bearer value until used.
+        f.debug_struct("LoginHandoff")
+            .field("server_url", &self.server_url)
+            .field("client_id", &self.client_id)
+            .field("redirect_uri", &self.redirect_uri)
+            .field("scopes", &self.scopes)
+            .field("started_at", &self.authorization.created_at)
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for PendingLogin {
@@ -202,6 +262,7 @@ pub async fn start_login(
             "no OAuth metadata published; using the 2025-03-26 default endpoints"
         );
     }
+    let metadata = resolution.metadata.clone();
     let issuer = resolution.metadata.issuer.clone();
     let supports_metadata_documents = resolution
         .metadata
@@ -233,8 +294,15 @@ pub async fn start_login(
         .with_client_name(settings.client_name.clone())
         .with_scopes(scopes.clone());
     let issuer_key = credentials.issuer_key(issuer.as_deref());
-    if let Some(client_id) = &settings.client_id {
-        request = request.with_preregistered_client(client_id.clone());
+    let client_id;
+    let mut client_secret = None;
+    if let Some(configured) = &settings.client_id {
+        client_id = configured.clone();
+        client_secret = settings
+            .client_secret
+            .as_ref()
+            .map(|s| s.expose_secret().to_owned());
+        request = request.with_preregistered_client(configured.clone());
         if let Some(secret) = &settings.client_secret {
             request = request.with_client_secret(secret.expose_secret().to_owned());
         }
@@ -244,12 +312,18 @@ pub async fn start_login(
         .filter(|_| supports_metadata_documents)
     {
         // rmcp uses the document URL as the client id (SEP-991).
+        client_id = url.clone();
         request = request.with_client_metadata_url(url.clone());
     } else if let Some(registration) = credentials
         .store
         .registration(&issuer_key, &settings.redirect_uri)
         .await?
     {
+        client_id = registration.client_id.clone();
+        client_secret = registration
+            .client_secret
+            .as_ref()
+            .map(|s| s.expose_secret().to_owned());
         request = request.with_preregistered_client(registration.client_id.clone());
         if let Some(secret) = &registration.client_secret {
             request = request.with_client_secret(secret.expose_secret().to_owned());
@@ -271,6 +345,8 @@ pub async fn start_login(
             registered_at: now_epoch_secs(),
         };
         credentials.save_registration(registration).await?;
+        client_id = registered.client_id.clone();
+        client_secret = registered.client_secret.clone();
         request = request.with_preregistered_client(registered.client_id);
         if let Some(secret) = registered.client_secret {
             request = request.with_client_secret(secret);
@@ -292,6 +368,21 @@ pub async fn start_login(
                 .map(|(_, v)| v.into_owned())
         })
         .ok_or_else(|| OAuthError::Callback("the authorization URL has no state".to_owned()))?;
+    let authorization = states
+        .load(&state)
+        .await
+        .map_err(OAuthError::Authorization)?
+        .ok_or_else(|| OAuthError::Callback("the login state was not saved".to_owned()))?;
+    let handoff = LoginHandoff {
+        server_url: server_url.to_owned(),
+        challenge,
+        metadata,
+        client_id,
+        client_secret,
+        redirect_uri: settings.redirect_uri.clone(),
+        scopes: scopes.clone(),
+        authorization,
+    };
     tracing::info!(
         server = credentials.server(),
         scopes = %scopes.join(" "),
@@ -305,6 +396,7 @@ pub async fn start_login(
             states,
             started_at: now_epoch_secs(),
             http,
+            handoff,
         },
     ))
 }
@@ -317,30 +409,7 @@ pub async fn finish_login(
     callback: LoginCallback,
 ) -> Result<LoginOutcome, OAuthError> {
     let result = async {
-        let (code, state, issuer) = match callback {
-            LoginCallback::Url(url) => {
-                let parsed = Url::parse(&url).map_err(|e| OAuthError::Callback(e.to_string()))?;
-                if let Some((_, error)) = parsed.query_pairs().find(|(k, _)| k == "error") {
-                    return Err(OAuthError::Callback(format!(
-                        "the authorization server answered `{error}`"
-                    )));
-                }
-                let callback = AuthorizationCallback::from_redirect_url(&url)
-                    .map_err(|e| OAuthError::Callback(e.to_string()))?;
-                (callback.code, callback.csrf_token, callback.issuer)
-            }
-            LoginCallback::Code {
-                code,
-                state,
-                issuer,
-            } => (code, state, issuer),
-        };
-        if state != pending.state {
-            return Err(OAuthError::StateMismatch);
-        }
-        if now_epoch_secs().saturating_sub(pending.started_at) > LOGIN_TTL.as_secs() {
-            return Err(OAuthError::LoginExpired);
-        }
+        let (code, state, issuer) = callback_parts(callback, &pending.state, pending.started_at)?;
         pending
             .session
             .handle_callback_with_issuer(&code, &state, issuer.as_deref())
@@ -352,12 +421,95 @@ pub async fn finish_login(
     // the genuine callback can still arrive, but this login is consumed.
     let _ = pending.states.delete(&pending.state).await;
     let token = result?;
-    let (client_id, _) = pending
-        .session
+    outcome(&pending.session.auth_manager, &token).await
+}
+
+/// [`finish_login`] in a process other than the one that started the login, from its
+/// [`LoginHandoff`]: the server is discovered again from the same challenge (which gives rmcp
+/// the same `resource`), the recorded metadata and client are used for the token request, and
+/// the tokens are saved through `credentials`. `settings` are the server's (its network policy
+/// and token parameters); the redirect URI is the handoff's.
+pub async fn finish_handoff(
+    handoff: LoginHandoff,
+    settings: &OAuthSettings,
+    credentials: &ServerCredentials,
+    callback: LoginCallback,
+) -> Result<LoginOutcome, OAuthError> {
+    let (code, state, issuer) =
+        callback_parts(callback, handoff.state(), handoff.authorization.created_at)?;
+    let (mut manager, http) = new_manager(&handoff.server_url, settings).await?;
+    manager.set_credential_store(credentials.for_rmcp());
+    let states = MemoryLoginStates::default();
+    states
+        .save(&state, handoff.authorization.clone())
+        .await
+        .map_err(OAuthError::Authorization)?;
+    manager.set_state_store(states);
+    manager
+        .resolve_metadata_from_challenge(handoff.challenge.as_deref())
+        .await
+        .map_err(|e| http.explain(e, OAuthError::Discovery))?;
+    // The endpoints the code was issued for, not whatever discovery says now.
+    manager.set_metadata(handoff.metadata.clone());
+    let mut client =
+        OAuthClientConfig::new(handoff.client_id.clone(), handoff.redirect_uri.clone())
+            .with_scopes(handoff.scopes.clone());
+    if let Some(secret) = &handoff.client_secret {
+        client = client.with_client_secret(secret.clone());
+    }
+    manager
+        .configure_client(client)
+        .map_err(OAuthError::Authorization)?;
+    let token = manager
+        .exchange_code_for_token_with_issuer(&code, &state, issuer.as_deref())
+        .await
+        .map_err(|e| http.explain(e, OAuthError::Authorization))?;
+    outcome(&manager, &token).await
+}
+
+/// The code, state and issuer of `callback`, checked against the login's `expected` state and
+/// its start time.
+fn callback_parts(
+    callback: LoginCallback,
+    expected: &str,
+    started_at: u64,
+) -> Result<(String, String, Option<String>), OAuthError> {
+    let (code, state, issuer) = match callback {
+        LoginCallback::Url(url) => {
+            let parsed = Url::parse(&url).map_err(|e| OAuthError::Callback(e.to_string()))?;
+            if let Some((_, error)) = parsed.query_pairs().find(|(k, _)| k == "error") {
+                return Err(OAuthError::Callback(format!(
+                    "the authorization server answered `{error}`"
+                )));
+            }
+            let callback = AuthorizationCallback::from_redirect_url(&url)
+                .map_err(|e| OAuthError::Callback(e.to_string()))?;
+            (callback.code, callback.csrf_token, callback.issuer)
+        }
+        LoginCallback::Code {
+            code,
+            state,
+            issuer,
+        } => (code, state, issuer),
+    };
+    if state != expected {
+        return Err(OAuthError::StateMismatch);
+    }
+    if now_epoch_secs().saturating_sub(started_at) > LOGIN_TTL.as_secs() {
+        return Err(OAuthError::LoginExpired);
+    }
+    Ok((code, state, issuer))
+}
+
+async fn outcome(
+    manager: &AuthorizationManager,
+    token: &rmcp::transport::auth::OAuthTokenResponse,
+) -> Result<LoginOutcome, OAuthError> {
+    let (client_id, _) = manager
         .get_credentials()
         .await
         .map_err(OAuthError::Authorization)?;
-    let scopes = pending.session.auth_manager.get_current_scopes().await;
+    let scopes = manager.get_current_scopes().await;
     Ok(LoginOutcome {
         client_id,
         scopes,

@@ -14,7 +14,9 @@
 //!   because rmcp only remembers the client id, and a dynamically registered confidential client
 //!   needs its secret to refresh.
 //! - [`start_login`] / [`finish_login`]: the authorisation-code flow split at the browser, with a
-//!   single-use login state that expires after [`LOGIN_TTL`].
+//!   single-use login state that expires after [`LOGIN_TTL`]; [`finish_handoff`] finishes one in
+//!   another process, from the [`LoginHandoff`] of the one that started it (secrets included:
+//!   the caller seals it before it leaves the process).
 //! - [`AuthorizedClient`]: the Streamable HTTP client for an upstream with stored credentials.
 //!   Unlike rmcp's `AuthClient`, concurrent requests rejected with 401 share one refresh (rmcp
 //!   refreshes once per rejected request), and a failed refresh is classified

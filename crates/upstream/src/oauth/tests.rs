@@ -823,6 +823,70 @@ async fn login_registers_once_and_consumes_its_state_even_when_forged() {
     );
 }
 
+#[tokio::test]
+async fn a_login_started_in_one_process_finishes_in_another_from_its_handoff() {
+    let fake = fake("unused").await;
+    let settings = loopback(OAuthSettings::new("http://127.0.0.1:1/callback"));
+    let started_with = memory_credentials();
+    let (url, pending) = start_login(
+        &fake.url,
+        &settings,
+        &started_with,
+        Arc::new(MemoryLoginStates::default()),
+        None,
+    )
+    .await
+    .expect("start");
+    let state = Url::parse(&url)
+        .expect("authorization URL")
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned())
+        .expect("state");
+    let handoff = pending.handoff();
+    assert_eq!(handoff.state(), state);
+    assert_eq!(handoff.redirect_uri(), "http://127.0.0.1:1/callback");
+    let shown = format!("{handoff:?}");
+    assert!(
+        !shown.contains(&state) && !shown.contains("dyn-secret") && !shown.contains("verifier"),
+        "{shown}"
+    );
+    // As it travels: text, and nothing of the first process with it.
+    let text = serde_json::to_string(handoff).expect("serialised");
+    drop(pending);
+    let elsewhere = memory_credentials();
+
+    let forged: LoginHandoff = serde_json::from_str(&text).expect("handoff");
+    let wrong = LoginCallback::Code {
+        code: "c".into(),
+        state: "forged".into(),
+        issuer: None,
+    };
+    let error = finish_handoff(forged, &settings, &elsewhere, wrong)
+        .await
+        .expect_err("another login's state");
+    assert!(matches!(error, OAuthError::StateMismatch), "{error}");
+
+    let handoff: LoginHandoff = serde_json::from_str(&text).expect("handoff");
+    let callback = LoginCallback::Code {
+        code: "c".into(),
+        state,
+        issuer: Some(fake.issuer()),
+    };
+    let outcome = finish_handoff(handoff, &settings, &elsewhere, callback)
+        .await
+        .expect("finished elsewhere");
+    assert_eq!(outcome.client_id, "dyn-1");
+    let stored = elsewhere
+        .credentials()
+        .await
+        .expect("load")
+        .expect("tokens stored by the finishing process");
+    assert!(stored.token_response.is_some());
+    assert_eq!(stored.issuer.as_deref(), Some(fake.issuer().as_str()));
+    assert_eq!(*lock(&fake.accepted), "new");
+}
+
 /// A protected resource on loopback whose metadata sends mcpgw to `elsewhere`, a second
 /// loopback port nothing is listening for: as its authorisation server, or (with
 /// `token_only`) as the token endpoint of an authorisation server on the resource's port.
