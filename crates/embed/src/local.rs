@@ -39,6 +39,7 @@ pub const CANDLE_THREADS_DEFAULT: &str = "1";
 mod e5q4;
 mod files;
 mod minilm;
+pub mod splade;
 mod static_model;
 mod transformer;
 
@@ -209,7 +210,7 @@ pub fn locate(model: LocalModel, explicit_dir: Option<&Path>) -> Result<PathBuf,
     files::find(model, explicit_dir, &files::SearchEnv::from_process())
 }
 
-fn thread_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, EmbedError> {
+pub(crate) fn thread_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, EmbedError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("mcpgw-embed-{i}"))
