@@ -220,7 +220,9 @@ fn splade_tiny_matches_a_numpy_forward_pass() {
     };
     let texts = [SEARCH_EN.to_string(), WEATHER_EN.to_string()];
     let vectors = model.encode_blocking(&texts).expect("encode");
-    let expect: [(usize, f32, [(u32, f32); 8]); 2] = [
+    // (non-zero terms, sum of weights, the eight heaviest (id, weight))
+    type Expected = (usize, f32, [(u32, f32); 8]);
+    let expect: [Expected; 2] = [
         (
             21,
             22.229025,

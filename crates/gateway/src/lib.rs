@@ -400,6 +400,7 @@ impl Gateway {
                     .then_some(catalog::VECTOR_FEEDBACK),
                 ..Default::default()
             },
+            sparse: None,
         };
         let outcome = catalog.search_with(&request);
         let explanation = search

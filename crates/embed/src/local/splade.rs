@@ -98,6 +98,12 @@ impl Splade {
     }
 }
 
+impl std::fmt::Debug for Splade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Splade").field("id", &ID).finish()
+    }
+}
+
 struct Model {
     bert: BertModel,
     head: BertOnlyMLMHead,
