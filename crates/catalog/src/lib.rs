@@ -58,8 +58,8 @@ pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation
 pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
-    Explanation, Filter, Rerank, Scoring, SearchHit, SearchOutcome, SearchRequest, ServerPrior,
-    Sources, SparseQuery, Strategy, VECTOR_FEEDBACK, self_description, split_request,
+    Explanation, Filter, Rerank, SPLADE_WEIGHT, Scoring, SearchHit, SearchOutcome, SearchRequest,
+    ServerPrior, Sources, SparseQuery, Strategy, VECTOR_FEEDBACK, self_description, split_request,
 };
 
 use naming::Namer;
@@ -1457,6 +1457,78 @@ mod tests {
             .map(|hit| hit.tool.qualified.as_str())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// The vector catalog with sparse vectors where only `add` has term 7.
+    fn sparse_catalog() -> Catalog {
+        let catalog = vector_catalog();
+        let sparse = catalog
+            .tools()
+            .iter()
+            .map(|tool| match tool.upstream_name.as_str() {
+                "add" => vec![(7, 1.0), (9, 0.5)],
+                _ => vec![(9, 0.5)],
+            })
+            .collect();
+        catalog
+            .with_sparse("test/sparse".into(), sparse)
+            .expect("one sparse vector per tool")
+    }
+
+    #[test]
+    fn the_sparse_list_joins_fusion_at_its_own_weight() {
+        let catalog = sparse_catalog();
+        assert_eq!(catalog.sparse_model(), Some("test/sparse"));
+        let filter = Filter::default();
+        let search = |query: &str, strategy: Strategy, sparse: Option<SparseQuery<'_>>| {
+            let queries = [query.to_string()];
+            let vectors = [topic_vector(&[("files", 1.0)])];
+            let mut request = request(&queries, Some(&vectors), strategy, &filter);
+            request.sparse = sparse;
+            names(&catalog.search_with(&request))
+        };
+        let vectors = [vec![(7, 1.0)]];
+        let on = |weight: f32| SparseQuery {
+            vectors: &vectors,
+            weight,
+            cjk: false,
+            alone: false,
+        };
+        // `add` shares no word with the query and its vector is far; the sparse list alone
+        // brings it, first at weight 2 (2/61 against at most 1/61 from the other two lists).
+        let without = search("read file", Strategy::Hybrid, None);
+        assert!(!without.starts_with("everything__add"), "{without}");
+        let with = search("read file", Strategy::Hybrid, Some(on(2.0)));
+        assert!(with.starts_with("everything__add "), "{with}");
+        // Weight 0 switches it off.
+        assert_eq!(
+            search("read file", Strategy::Hybrid, Some(on(0.0))),
+            without
+        );
+        // Beside BM25 alone, and alone.
+        assert_eq!(search("zzz", Strategy::Bm25, None), "");
+        assert_eq!(
+            search("zzz", Strategy::Bm25, Some(on(1.0))),
+            "everything__add"
+        );
+        let alone = SparseQuery {
+            alone: true,
+            ..on(1.0)
+        };
+        assert_eq!(
+            search("read file", Strategy::Bm25, Some(alone)),
+            "everything__add"
+        );
+        // A CJK query skips it unless asked (the model's vocabulary is English).
+        assert_eq!(search("读取文件", Strategy::Bm25, Some(on(1.0))), "");
+        let cjk = SparseQuery {
+            cjk: true,
+            ..on(1.0)
+        };
+        assert_eq!(
+            search("读取文件", Strategy::Bm25, Some(cjk)),
+            "everything__add"
+        );
     }
 
     #[test]

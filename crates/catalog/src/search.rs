@@ -125,6 +125,11 @@ pub struct SparseQuery<'a> {
 /// fourth (docs/retrieval.md, round three).
 pub const VECTOR_FEEDBACK: f32 = 0.1;
 
+/// The RRF weight of the learned sparse list ([`SparseQuery::weight`]) where the gateway
+/// serves it (`[retrieval] splade`): chosen on three sets and checked on the fourth
+/// (docs/retrieval.md, round four).
+pub const SPLADE_WEIGHT: f32 = 0.25;
+
 /// Reorderings of a single query's ranking, each measured on the four labelled sets
 /// (docs/retrieval.md, "Round three"). `Default` is all off; the gateway serves
 /// [`Rerank::vector_feedback`] at [`VECTOR_FEEDBACK`] (`[retrieval] vector_feedback`) and
