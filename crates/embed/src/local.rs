@@ -9,6 +9,9 @@
 //! | `PotionBase8M` | `potion-base-8M` | 256 | safetensors, tokenizer, config |
 //! | `MultilingualE5SmallQ4` | `multilingual-e5-small-q4` | 384 | `e5-small-q4.bin` |
 //!
+//! Beside them, not an [`Embedder`]: [`splade`], the learned sparse encoder splade-tiny (folder
+//! `splade-tiny`), whose vectors are term weights for `retrieval::SparseIndex`.
+//!
 //! Search order, first verified folder wins: the explicit folder from the config →
 //! `$MCPGW_MODEL_DIR/<name>/` → `$XDG_CACHE_HOME/mcpgw/models/<name>/` (else
 //! `~/.cache/mcpgw/models/<name>/`) → for MiniLM only, the Hugging Face cache
