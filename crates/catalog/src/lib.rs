@@ -50,15 +50,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use retrieval::{
-    Analyzer, Bm25Index, Bm25Params, DocId, Document, FieldWeights, Hit, Language, VectorIndex,
+    Analyzer, Bm25Index, Bm25Params, DocId, Document, FieldWeights, Hit, Language, SparseIndex,
+    VectorIndex,
 };
 
 pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation};
 pub use embedding::EmbeddingText;
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
-    Explanation, Filter, Rerank, Scoring, SearchHit, SearchOutcome, SearchRequest, ServerPrior,
-    Sources, Strategy, VECTOR_FEEDBACK, self_description, split_request,
+    Explanation, Filter, Rerank, SPLADE_WEIGHT, Scoring, SearchHit, SearchOutcome, SearchRequest,
+    ServerPrior, Sources, SparseQuery, Strategy, VECTOR_FEEDBACK, self_description, split_request,
 };
 
 use naming::Namer;
@@ -180,6 +181,7 @@ fn has_cjk(text: &str) -> bool {
 pub struct Catalog {
     lexical: Arc<Lexical>,
     vectors: Option<Arc<ToolVectors>>,
+    sparse: Option<Arc<ToolSparse>>,
 }
 
 /// Everything of a [`Catalog`] but its vectors.
@@ -201,6 +203,12 @@ struct Lexical {
     /// Each tool's argument validator, in [`Catalog::tools`] order, compiled on first use.
     /// Shared by clones of this snapshot (the tools, hence the schemas, are the same).
     validators: Box<[OnceLock<ArgumentValidator>]>,
+}
+
+/// Tools' learned sparse vectors (SPLADE), in [`Catalog::tools`] order, as an inverted index.
+struct ToolSparse {
+    model: String,
+    index: SparseIndex,
 }
 
 /// Tool embeddings: one vector per tool, in [`Catalog::tools`] order.
@@ -326,6 +334,7 @@ impl Catalog {
                 validators,
             }),
             vectors: None,
+            sparse: None,
         };
         (catalog, problems)
     }
@@ -384,6 +393,41 @@ impl Catalog {
             })),
             ..self
         })
+    }
+
+    /// This catalog with the tools' learned sparse vectors (one per tool, in
+    /// [`Catalog::tools`] order, from the model `model_id`; the same text as the embeddings,
+    /// [`Catalog::embedding_texts`]), for [`SearchRequest::sparse`].
+    pub fn with_sparse(
+        self,
+        model_id: String,
+        vectors: Vec<Vec<(u32, f32)>>,
+    ) -> Result<Catalog, Error> {
+        if vectors.len() != self.len() {
+            return Err(Error::VectorCount {
+                tools: self.len(),
+                vectors: vectors.len(),
+            });
+        }
+        let keys = self
+            .lexical
+            .tools
+            .iter()
+            .map(|tool| tool.qualified.to_string())
+            .collect();
+        let index = SparseIndex::build(keys, &vectors);
+        Ok(Catalog {
+            sparse: Some(Arc::new(ToolSparse {
+                model: model_id,
+                index,
+            })),
+            ..self
+        })
+    }
+
+    /// The model of the tools' sparse vectors, if there are any.
+    pub fn sparse_model(&self) -> Option<&str> {
+        self.sparse.as_ref().map(|sparse| sparse.model.as_str())
     }
 
     /// The model that embedded the tool vectors, if there are any.
@@ -463,6 +507,7 @@ impl Catalog {
             needs: false,
             caution: false,
             rerank: Rerank::default(),
+            sparse: None,
         })
         .hits
     }
@@ -613,8 +658,34 @@ impl Catalog {
                 _ => Vec::new(),
             }
         };
+        // The learned sparse list (SPLADE), when the request brings this query's vector and the
+        // catalog has the tools'; not for CJK text unless asked (its vocabulary is English).
+        let sparse = request.sparse.as_ref().and_then(|sparse| {
+            let index = &self.sparse.as_ref()?.index;
+            let vector = sparse.vectors.get(at)?;
+            if !sparse.cjk && has_cjk(query) {
+                return None;
+            }
+            Some((index.rank(vector, keep), sparse))
+        });
+        if let Some((list, sparse)) = &sparse
+            && sparse.alone
+        {
+            return (list.clone(), Scoring::Bm25);
+        }
+        // BM25 with the sparse list beside it where BM25 would answer alone.
+        let lexical_or_sparse = || match &sparse {
+            Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => (
+                retrieval::fuse_top(&[(&lexical(), 1.0), (list, sparse.weight)], key, depth),
+                Scoring::Fused {
+                    bm25_weight: 1.0,
+                    vector_weight: 0.0,
+                },
+            ),
+            _ => (lexical_alone(), Scoring::Bm25),
+        };
         match strategy {
-            Strategy::Bm25 => (lexical_alone(), Scoring::Bm25),
+            Strategy::Bm25 => lexical_or_sparse(),
             Strategy::Vector => (semantic(), Scoring::Vector),
             // Balance 0 skips the vector ranking it would ignore; balance 100 skips BM25
             // unless it is needed because no vector hit is strong enough.
@@ -622,7 +693,7 @@ impl Catalog {
             // An English-only model turns Chinese, Japanese or Korean text into near-noise
             // (MiniLM: ultratool-zh hybrid 39.4 vs BM25 70.1): let BM25 answer alone.
             Strategy::Hybrid if !request.multilingual_vectors && has_cjk(query) => {
-                (lexical_alone(), Scoring::Bm25)
+                lexical_or_sparse()
             }
             Strategy::Hybrid => {
                 let semantic = semantic();
@@ -649,7 +720,24 @@ impl Catalog {
                     bm25_weight: 1.0 - vector_weight,
                     vector_weight,
                 };
-                let fused = hybrid.fuse_top(&lexical, &semantic, terms, key, depth);
+                // Two lists, or three with the sparse one at its own weight (the BM25 and vector
+                // weights still add up to 1).
+                let fuse = |semantic: &[Hit]| match &sparse {
+                    Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => {
+                        let semantic = hybrid.strong(semantic);
+                        retrieval::fuse_top(
+                            &[
+                                (&lexical, 1.0 - vector_weight),
+                                (&semantic, vector_weight),
+                                (list, sparse.weight),
+                            ],
+                            key,
+                            depth,
+                        )
+                    }
+                    _ => hybrid.fuse_top(&lexical, semantic, terms, key, depth),
+                };
+                let fused = fuse(&semantic);
                 let moved = match (request.rerank.vector_feedback, fused.first()) {
                     (Some(beta), Some(best)) => self.rocchio(request, at, best.doc, beta),
                     _ => None,
@@ -661,10 +749,7 @@ impl Catalog {
                                 .strong(&vectors.index.rank(&vector, keep))
                                 .into_owned()
                         });
-                        (
-                            hybrid.fuse_top(&lexical, &semantic, terms, key, depth),
-                            scoring,
-                        )
+                        (fuse(&semantic), scoring)
                     }
                     None => (fused, scoring),
                 }
@@ -1361,6 +1446,7 @@ mod tests {
             needs: false,
             caution: false,
             rerank: Default::default(),
+            sparse: None,
         }
     }
 
@@ -1371,6 +1457,78 @@ mod tests {
             .map(|hit| hit.tool.qualified.as_str())
             .collect::<Vec<_>>()
             .join(" ")
+    }
+
+    /// The vector catalog with sparse vectors where only `add` has term 7.
+    fn sparse_catalog() -> Catalog {
+        let catalog = vector_catalog();
+        let sparse = catalog
+            .tools()
+            .iter()
+            .map(|tool| match tool.upstream_name.as_str() {
+                "add" => vec![(7, 1.0), (9, 0.5)],
+                _ => vec![(9, 0.5)],
+            })
+            .collect();
+        catalog
+            .with_sparse("test/sparse".into(), sparse)
+            .expect("one sparse vector per tool")
+    }
+
+    #[test]
+    fn the_sparse_list_joins_fusion_at_its_own_weight() {
+        let catalog = sparse_catalog();
+        assert_eq!(catalog.sparse_model(), Some("test/sparse"));
+        let filter = Filter::default();
+        let search = |query: &str, strategy: Strategy, sparse: Option<SparseQuery<'_>>| {
+            let queries = [query.to_string()];
+            let vectors = [topic_vector(&[("files", 1.0)])];
+            let mut request = request(&queries, Some(&vectors), strategy, &filter);
+            request.sparse = sparse;
+            names(&catalog.search_with(&request))
+        };
+        let vectors = [vec![(7, 1.0)]];
+        let on = |weight: f32| SparseQuery {
+            vectors: &vectors,
+            weight,
+            cjk: false,
+            alone: false,
+        };
+        // `add` shares no word with the query and its vector is far; the sparse list alone
+        // brings it, first at weight 2 (2/61 against at most 1/61 from the other two lists).
+        let without = search("read file", Strategy::Hybrid, None);
+        assert!(!without.starts_with("everything__add"), "{without}");
+        let with = search("read file", Strategy::Hybrid, Some(on(2.0)));
+        assert!(with.starts_with("everything__add "), "{with}");
+        // Weight 0 switches it off.
+        assert_eq!(
+            search("read file", Strategy::Hybrid, Some(on(0.0))),
+            without
+        );
+        // Beside BM25 alone, and alone.
+        assert_eq!(search("zzz", Strategy::Bm25, None), "");
+        assert_eq!(
+            search("zzz", Strategy::Bm25, Some(on(1.0))),
+            "everything__add"
+        );
+        let alone = SparseQuery {
+            alone: true,
+            ..on(1.0)
+        };
+        assert_eq!(
+            search("read file", Strategy::Bm25, Some(alone)),
+            "everything__add"
+        );
+        // A CJK query skips it unless asked (the model's vocabulary is English).
+        assert_eq!(search("读取文件", Strategy::Bm25, Some(on(1.0))), "");
+        let cjk = SparseQuery {
+            cjk: true,
+            ..on(1.0)
+        };
+        assert_eq!(
+            search("读取文件", Strategy::Bm25, Some(cjk)),
+            "everything__add"
+        );
     }
 
     #[test]

@@ -102,11 +102,34 @@ pub struct SearchRequest<'a> {
     /// Reorderings measured with `mcpgw eval` (server prior, vector feedback, diversity);
     /// all off by default (the gateway turns on [`Rerank::vector_feedback`]).
     pub rerank: Rerank,
+    /// The learned sparse list (SPLADE) as a further input of fusion; needs the tools' sparse
+    /// vectors ([`crate::Catalog::with_sparse`]). Measured with `mcpgw eval --splade`.
+    pub sparse: Option<SparseQuery<'a>>,
+}
+
+/// The queries' learned sparse vectors and how their list joins the ranking.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SparseQuery<'a> {
+    /// One `(term id, weight)` vector per query, from the model of the tools' vectors.
+    pub vectors: &'a [Vec<(u32, f32)>],
+    /// Its weight in reciprocal rank fusion; the BM25 and vector lists' weights add up to 1
+    /// (BM25 has 1 where it would otherwise answer alone).
+    pub weight: f32,
+    /// Use it for queries in CJK scripts too (splade-tiny's vocabulary is English WordPiece).
+    pub cjk: bool,
+    /// Rank by the sparse list alone (for measuring it).
+    pub alone: bool,
 }
 
 /// The default weight of [`Rerank::vector_feedback`]: chosen on three sets and checked on the
 /// fourth (docs/retrieval.md, round three).
 pub const VECTOR_FEEDBACK: f32 = 0.1;
+
+/// The RRF weight of the learned sparse list ([`SparseQuery::weight`]) where the gateway
+/// serves it (`[retrieval] splade`, off by default): the weight cross-validation chose for two
+/// of the four held-out sets, and the largest that costs metatool no nDCG@10 (0.25 scores
+/// best summed over the sets but loses 0.7 there; docs/retrieval.md, round four).
+pub const SPLADE_WEIGHT: f32 = 0.1;
 
 /// Reorderings of a single query's ranking, each measured on the four labelled sets
 /// (docs/retrieval.md, "Round three"). `Default` is all off; the gateway serves

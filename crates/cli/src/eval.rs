@@ -153,6 +153,21 @@ pub(crate) struct Args {
     /// hit's moves to the end of the top k (off by default).
     #[arg(long, value_name = "COSINE")]
     dedup: Option<f32>,
+    /// The learned sparse list (splade-tiny, `scripts/fetch-models.sh splade`) as a further
+    /// input of fusion: `on`, `off` (as in the gateway) or `alone` (rank by it alone). With
+    /// --strategy bm25 it is fused with BM25; with hybrid it is a third list.
+    #[arg(long, default_value = "off", value_name = "on|off|alone")]
+    splade: String,
+    /// With --splade on: the sparse list's RRF weight (the BM25 and vector weights add up to 1;
+    /// BM25 has 1 where it would answer alone).
+    #[arg(long, default_value_t = 0.5, value_name = "W")]
+    splade_weight: f32,
+    /// With --splade: use it for queries in CJK scripts too (its vocabulary is English).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = false, value_name = "BOOL")]
+    splade_cjk: bool,
+    /// Folder holding splade-tiny's files (default: the standard model folders).
+    #[arg(long)]
+    splade_dir: Option<PathBuf>,
 }
 
 /// `on` or `off` (also `true`/`false`).
@@ -253,6 +268,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             per_server: (args.per_server > 0).then_some(args.per_server),
             dedup: args.dedup,
         },
+        splade: splade(&args).await?,
         ..::eval::Options::default()
     };
 
@@ -343,12 +359,57 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 bm25: bm25_words(&options.index),
                 embedding_text: args.embed_server.clone(),
                 rerank: format!("{:?}", options.rerank),
+                splade: options.splade.as_ref().map(|s| {
+                    format!(
+                        "{} weight={}{}",
+                        if s.alone { "alone" } else { "on" },
+                        s.weight,
+                        if s.cjk { " cjk" } else { "" }
+                    )
+                }),
             },
             sets: reports,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
+}
+
+/// `--splade` and its settings, with the encoder loaded.
+async fn splade(args: &Args) -> Result<Option<::eval::SpladeRun>, Failure> {
+    let alone = match args.splade.as_str() {
+        "off" => return Ok(None),
+        "on" => false,
+        "alone" => true,
+        other => {
+            return Err(Failure::usage(anyhow!(
+                "--splade must be on, off or alone, not `{other}`"
+            )));
+        }
+    };
+    let dir = args.splade_dir.clone();
+    let defaults = LoadOptions::default();
+    let options = LoadOptions {
+        threads: args.threads.unwrap_or(defaults.threads).max(1),
+        ..defaults
+    };
+    let encoder = tokio::task::spawn_blocking(move || {
+        embed::local::splade::Splade::load(dir.as_deref(), &options)
+    })
+    .await
+    .map_err(|e| anyhow!("splade loading failed: {e}"))?
+    .context("--splade needs splade-tiny (scripts/fetch-models.sh splade)")?;
+    Ok(Some(::eval::SpladeRun {
+        encoder,
+        weight: args.splade_weight,
+        cjk: args.splade_cjk,
+        alone,
+        cache_dir: match (&args.cache_dir, args.no_cache) {
+            (_, true) => None,
+            (Some(dir), false) => Some(dir.clone()),
+            (None, false) => ::eval::cache::default_dir(),
+        },
+    }))
 }
 
 /// `--server-prior` and its weight and stages.
@@ -529,6 +590,23 @@ fn print_set(report: &SetReport) {
                 .map_or("-".to_string(), |ms| format!("{ms:.1} ms")),
             e.query_embed_sample,
             e.vector_build_ms,
+        );
+    }
+    if let Some(s) = &report.sparse {
+        println!(
+            "sparse ({}): {} texts encoded: tools {:.2} s ({:.1} terms each), index {:.2} ms, \
+             queries {:.1} s ({} texts, {:.1} terms each), one query p50 {} (n={})",
+            s.model,
+            s.encoded,
+            s.tools_encode_ms / 1e3,
+            s.mean_tool_terms,
+            s.index_build_ms,
+            s.queries_encode_ms / 1e3,
+            s.queries,
+            s.mean_query_terms,
+            s.query_encode_p50_ms
+                .map_or("-".to_string(), |ms| format!("{ms:.2} ms")),
+            s.query_encode_sample,
         );
     }
     if !report.problems.is_empty() || !report.warnings.is_empty() {

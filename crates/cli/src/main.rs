@@ -173,7 +173,8 @@ enum Command {
         command: ApprovalsCommand,
     },
     /// Measure search quality (nDCG, recall, MRR) and speed on labelled tool-retrieval sets.
-    Eval(eval::Args),
+    // Boxed: its many measuring flags would make every `Command` as large (clippy).
+    Eval(Box<eval::Args>),
     /// Show the audit log of tool calls, newest first (never their arguments), or prune it.
     #[command(args_conflicts_with_subcommands = true)]
     Audit(audit::Args),
@@ -516,7 +517,7 @@ async fn run(cli: Cli, log_format: config::LogFormat) -> Result<(), Failure> {
         Command::Approvals {
             command: ApprovalsCommand::Reject { id, reason },
         } => approvals::reject(config_path, &id, reason).await,
-        Command::Eval(args) => eval::run(args).await,
+        Command::Eval(args) => eval::run(*args).await,
         Command::ClientConfig(args) => client_config::run(config_path, args).await,
         Command::Audit(args) => audit::run(config_path, args).await,
         Command::Migrate { command } => database::migrate(config_path, command).await,

@@ -242,6 +242,10 @@ pub struct RetrievalConfig {
     /// Rocchio feedback on the vector side of hybrid (`catalog::Rerank::vector_feedback`):
     /// the query vector moves toward the first pass's best hit.
     pub vector_feedback: bool,
+    /// The learned sparse list (splade-tiny, `embed::local::splade`) as a third input of
+    /// hybrid fusion, at `catalog::SPLADE_WEIGHT`. Needs the model files
+    /// (`scripts/fetch-models.sh splade`); without them search keeps its two lists.
+    pub splade: bool,
     pub embedder: EmbedderConfig,
 }
 
@@ -258,6 +262,10 @@ impl Default for RetrievalConfig {
             feedback: true,
             // Round three: small gains on three sets, neutral on the fourth, cross-validated.
             vector_feedback: true,
+            // Round four (docs/retrieval.md): gains on toollens and ultratool-en, a loss on
+            // metatool at every weight above 0.1, nothing on ultratool-zh (its vocabulary is
+            // English): it wins on two sets of four, so it stays off.
+            splade: false,
             embedder: EmbedderConfig::Local {
                 model: DEFAULT_LOCAL_MODEL.to_owned(),
                 path: None,

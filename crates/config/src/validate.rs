@@ -274,6 +274,7 @@ impl Validator {
             adaptive: file.adaptive.unwrap_or(default.adaptive),
             feedback: file.feedback.unwrap_or(default.feedback),
             vector_feedback: file.vector_feedback.unwrap_or(default.vector_feedback),
+            splade: file.splade.unwrap_or(default.splade),
             embedder,
         }
     }
@@ -1648,6 +1649,18 @@ strategy = "bm25"
         expect!["Hybrid balance=45 min_similarity=None embedder=None store=None"].assert_eq(
             &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
         );
+    }
+
+    #[test]
+    fn the_sparse_list_is_off_unless_asked_for() {
+        let splade = |text: &str| {
+            parse_toml(text, Path::new("mcpgw.toml"))
+                .map(|config| config.retrieval.splade)
+                .map_err(|err| err.to_string())
+        };
+        assert_eq!(splade(""), Ok(false));
+        assert_eq!(splade("[retrieval]\nsplade = true\n"), Ok(true));
+        assert!(splade("[retrieval]\nsplade = 1\n").is_err());
     }
 
     fn store_summary(text: &str) -> String {

@@ -9,6 +9,9 @@
 //! | `PotionBase8M` | `potion-base-8M` | 256 | safetensors, tokenizer, config |
 //! | `MultilingualE5SmallQ4` | `multilingual-e5-small-q4` | 384 | `e5-small-q4.bin` |
 //!
+//! Beside them, not an [`Embedder`]: [`splade`], the learned sparse encoder splade-tiny (folder
+//! `splade-tiny`), whose vectors are term weights for `retrieval::SparseIndex`.
+//!
 //! Search order, first verified folder wins: the explicit folder from the config →
 //! `$MCPGW_MODEL_DIR/<name>/` → `$XDG_CACHE_HOME/mcpgw/models/<name>/` (else
 //! `~/.cache/mcpgw/models/<name>/`) → for MiniLM only, the Hugging Face cache
@@ -39,6 +42,7 @@ pub const CANDLE_THREADS_DEFAULT: &str = "1";
 mod e5q4;
 mod files;
 mod minilm;
+pub mod splade;
 mod static_model;
 mod transformer;
 
@@ -209,7 +213,7 @@ pub fn locate(model: LocalModel, explicit_dir: Option<&Path>) -> Result<PathBuf,
     files::find(model, explicit_dir, &files::SearchEnv::from_process())
 }
 
-fn thread_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, EmbedError> {
+pub(crate) fn thread_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, EmbedError> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .thread_name(|i| format!("mcpgw-embed-{i}"))

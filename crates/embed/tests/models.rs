@@ -204,3 +204,63 @@ fn every_model_reports_a_verified_folder() {
         }
     }
 }
+
+/// splade-tiny against an independent numpy forward pass of the same safetensors (float64,
+/// written for this check, not kept): the number of non-zero terms, their weights' sum and
+/// the eight heaviest terms of two texts.
+#[test]
+fn splade_tiny_matches_a_numpy_forward_pass() {
+    use embed::local::splade::{self, Splade};
+    let model = match Splade::load(None, &LoadOptions::default()) {
+        Ok(model) => model,
+        Err(error) => panic!(
+            "{} is not installed: run scripts/fetch-models.sh ({error})",
+            splade::NAME
+        ),
+    };
+    let texts = [SEARCH_EN.to_string(), WEATHER_EN.to_string()];
+    let vectors = model.encode_blocking(&texts).expect("encode");
+    // (non-zero terms, sum of weights, the eight heaviest (id, weight))
+    type Expected = (usize, f32, [(u32, f32); 8]);
+    let expect: [Expected; 2] = [
+        (
+            21,
+            22.229025,
+            [
+                (3945, 2.17363), // search
+                (3522, 2.12651), // recent
+                (2739, 1.98897), // news
+                (4773, 1.87793), // web
+                (4790, 1.82661), // articles
+                (3720, 1.5206),  // article
+                (3931, 1.3317),  // page
+                (4037, 1.25207), // website
+            ],
+        ),
+        (
+            10,
+            15.921605,
+            [
+                (2783, 2.27363),  // current
+                (19939, 2.00913), // forecast
+                (4633, 1.90046),  // weather
+                (2103, 1.89074),  // city
+                (4658, 1.79122),  // cool
+                (10945, 1.69953), // summers
+                (3655, 1.66782),  // cities
+                (2131, 1.61934),  // get
+            ],
+        ),
+    ];
+    for (vector, (nnz, sum, top)) in vectors.iter().zip(expect) {
+        assert_eq!(vector.len(), nnz, "{vector:?}");
+        let total: f32 = vector.iter().map(|(_, w)| w).sum();
+        assert!((total - sum).abs() < 1e-3, "sum {total} vs {sum}");
+        let mut heaviest = vector.clone();
+        heaviest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for ((id, weight), (want_id, want)) in heaviest.iter().zip(top) {
+            assert_eq!(*id, want_id, "{heaviest:?}");
+            assert!((weight - want).abs() < 1e-4, "{id}: {weight} vs {want}");
+        }
+    }
+}

@@ -165,6 +165,7 @@ fn request<'a>(
         needs: false,
         caution: true,
         rerank: Default::default(),
+        sparse: None,
     }
 }
 

@@ -9,7 +9,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use catalog::{Catalog, EmbeddingText, Filter, IndexOptions, Rerank, SearchRequest, Strategy};
+use catalog::{
+    Catalog, EmbeddingText, Filter, IndexOptions, Rerank, SearchRequest, SparseQuery, Strategy,
+};
+use embed::local::splade::{SparseVector, Splade};
 use embed::{Embedder, TextKind};
 use retrieval::{Bm25Index, Feedback, Hybrid};
 
@@ -18,7 +21,8 @@ use crate::cache::{CacheKey, EmbeddingCache};
 use crate::dataset::{Dataset, Query};
 use crate::metrics::{DEPTH, Metrics, percentile};
 use crate::report::{
-    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, SetReport, StrategyReport, Subset,
+    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, SetReport, SparseReport,
+    StrategyReport, Subset,
 };
 
 /// How to evaluate.
@@ -50,6 +54,21 @@ pub struct Options {
     pub feedback_in_fusion: bool,
     /// [`SearchRequest::rerank`].
     pub rerank: Rerank,
+    /// The learned sparse list (SPLADE) as a further fusion input ([`SearchRequest::sparse`]);
+    /// `None` as in the gateway.
+    pub splade: Option<SpladeRun>,
+}
+
+/// The sparse encoder and how its list joins the ranking ([`SparseQuery`]).
+#[derive(Debug, Clone)]
+pub struct SpladeRun {
+    pub encoder: Splade,
+    pub weight: f32,
+    pub cjk: bool,
+    pub alone: bool,
+    /// Folder of a cache of the set's sparse vectors (`<set>.splade-tiny.json`), so runs that
+    /// vary only the weights do not encode again; `None` encodes every time.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -68,6 +87,7 @@ impl Default for Options {
             feedback: None,
             feedback_in_fusion: false,
             rerank: Rerank::default(),
+            splade: None,
         }
     }
 }
@@ -119,6 +139,17 @@ pub async fn evaluate(
     }
 
     let texts = query_texts(&judged.queries, options);
+    let (catalog, sparse_queries, sparse) = match &options.splade {
+        Some(run) => match encode_sparse(&catalog, &set.name, &texts, options, run, progress).await
+        {
+            Ok((with_sparse, vectors, report)) => (with_sparse, Some(vectors), Some(report)),
+            Err(error) => {
+                warnings.push(format!("no sparse list: {error}"));
+                (catalog, None, None)
+            }
+        },
+        None => (catalog, None, None),
+    };
     let needs_vectors = options.strategies.iter().any(|s| s.needs_vectors());
     let mut embedding = None;
     let vectors: Result<(Catalog, Vec<QueryVectors>), String> = match semantic {
@@ -145,6 +176,7 @@ pub async fn evaluate(
                     judged: &judged.queries,
                     texts: &texts,
                     vectors: None,
+                    sparse: sparse_queries.as_deref(),
                 },
                 strategy,
                 options,
@@ -157,6 +189,7 @@ pub async fn evaluate(
                     judged: &judged.queries,
                     texts: &texts,
                     vectors: Some(query_vectors),
+                    sparse: sparse_queries.as_deref(),
                 },
                 strategy,
                 options,
@@ -183,8 +216,105 @@ pub async fn evaluate(
         catalog_build_ms: millis(catalog_build),
         bm25_build_ms: millis(bm25_build),
         embedding,
+        sparse,
         strategies,
     }
+}
+
+/// The tools' sparse vectors attached to `catalog` (from the same texts as the embeddings),
+/// each query's, and the cost: encoding the tools, the index, one query at a time.
+async fn encode_sparse(
+    catalog: &Catalog,
+    set: &str,
+    queries: &[Vec<String>],
+    options: &Options,
+    run: &SpladeRun,
+    progress: &dyn Progress,
+) -> Result<(Catalog, Vec<Vec<SparseVector>>, SparseReport), Error> {
+    let encoder = &run.encoder;
+    let path = run
+        .cache_dir
+        .as_ref()
+        .map(|dir| dir.join(format!("{set}.splade-tiny.json")));
+    let mut cache: HashMap<String, SparseVector> = path
+        .as_ref()
+        .and_then(|path| std::fs::read(path).ok())
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
+    let mut fresh = 0;
+    let mut encode =
+        async |texts: &[String], label: &str| -> Result<(Vec<SparseVector>, f64), Error> {
+            let missing: Vec<String> = texts
+                .iter()
+                .filter(|text| !cache.contains_key(*text))
+                .cloned()
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            progress.start(label, missing.len() as u64);
+            let started = Instant::now();
+            let vectors = encoder.encode(&missing).await?;
+            let elapsed = millis(started.elapsed());
+            progress.advance(missing.len() as u64);
+            fresh += missing.len();
+            cache.extend(missing.into_iter().zip(vectors));
+            let out = texts
+                .iter()
+                .map(|text| cache.get(text).cloned().unwrap_or_default())
+                .collect();
+            Ok((out, elapsed))
+        };
+    let texts = match &options.embedding_text {
+        Some(text) => catalog.embedding_texts_with(text),
+        None => catalog.embedding_texts(),
+    };
+    let (tools, tools_ms) = encode(&texts, "sparse encoding tools").await?;
+    let terms: usize = tools.iter().map(Vec::len).sum();
+    let started = Instant::now();
+    let with_sparse = catalog
+        .clone()
+        .with_sparse(encoder.id().to_string(), tools)
+        .map_err(Error::Vectors)?;
+    let index_ms = millis(started.elapsed());
+
+    let flat: Vec<String> = queries.iter().flatten().cloned().collect();
+    let (encoded, queries_ms) = encode(&flat, "sparse encoding queries").await?;
+    let mut encoded = encoded.into_iter();
+    if let Some(path) = path.filter(|_| fresh > 0)
+        && let Ok(json) = serde_json::to_vec(&cache)
+    {
+        let _ = std::fs::write(path, json);
+    }
+    let grouped: Vec<Vec<SparseVector>> = queries
+        .iter()
+        .map(|texts| encoded.by_ref().take(texts.len()).collect())
+        .collect();
+    let query_terms: usize = grouped.iter().flatten().map(Vec::len).sum();
+
+    let mut single = Vec::new();
+    for text in queries
+        .iter()
+        .filter_map(|texts| texts.first())
+        .take(options.latency_sample)
+    {
+        let started = Instant::now();
+        encoder.encode(std::slice::from_ref(text)).await?;
+        single.push(millis(started.elapsed()));
+    }
+    let report = SparseReport {
+        model: encoder.id().to_string(),
+        tools: texts.len(),
+        tools_encode_ms: tools_ms,
+        mean_tool_terms: round3(terms as f64 / texts.len().max(1) as f64),
+        index_build_ms: index_ms,
+        queries: flat.len(),
+        queries_encode_ms: queries_ms,
+        mean_query_terms: round3(query_terms as f64 / flat.len().max(1) as f64),
+        query_encode_p50_ms: percentile(&single, 0.5).map(round3),
+        query_encode_sample: single.len(),
+        encoded: fresh,
+    };
+    Ok((with_sparse, grouped, report))
 }
 
 /// One query's vectors: its text's, then its needs' when they are embedded.
@@ -206,6 +336,8 @@ struct Queries<'q, 'a> {
     judged: &'q [(&'a Query, HashSet<String>)],
     texts: &'q [Vec<String>],
     vectors: Option<&'q [QueryVectors]>,
+    /// Each query's sparse vectors (its text's, then its needs').
+    sparse: Option<&'q [Vec<SparseVector>]>,
 }
 
 /// The queries to evaluate, each with its relevant tools as qualified names.
@@ -490,6 +622,15 @@ fn run(
             needs: texts.len() > 1,
             caution: options.caution,
             rerank: options.rerank,
+            sparse: match (&options.splade, queries.sparse.and_then(|all| all.get(at))) {
+                (Some(run), Some(vectors)) => Some(SparseQuery {
+                    vectors,
+                    weight: run.weight,
+                    cjk: run.cjk,
+                    alone: run.alone,
+                }),
+                _ => None,
+            },
         };
         let started = Instant::now();
         let outcome = catalog.search_with(&request);

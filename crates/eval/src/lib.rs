@@ -25,11 +25,11 @@ use std::path::PathBuf;
 
 pub use cache::{CacheKey, EmbeddingCache, FileCache, MemoryCache};
 pub use dataset::{Dataset, Query, ToolRef};
-pub use evaluation::{Options, Progress, Semantic, Silent, evaluate};
+pub use evaluation::{Options, Progress, Semantic, Silent, SpladeRun, evaluate};
 pub use metrics::Metrics;
 pub use report::{
     EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, Report, SetReport, Settings,
-    StrategyReport, Subset,
+    SparseReport, StrategyReport, Subset,
 };
 
 /// Why a set could not be read or evaluated. Messages are lower-case.

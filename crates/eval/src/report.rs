@@ -36,6 +36,9 @@ pub struct Settings {
     pub embedding_text: String,
     /// The reorderings measured ([`catalog::Rerank`], in its debug form).
     pub rerank: String,
+    /// `--splade` (`on weight=0.5`, `alone ...`); absent when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub splade: Option<String>,
 }
 
 /// One set, every strategy.
@@ -62,7 +65,31 @@ pub struct SetReport {
     pub bm25_build_ms: f64,
     /// Absent when no strategy needed vectors, or they could not be made.
     pub embedding: Option<EmbeddingReport>,
+    /// The learned sparse list's cost, when it was asked for (`--splade`).
+    pub sparse: Option<SparseReport>,
     pub strategies: Vec<StrategyReport>,
+}
+
+/// What the sparse (SPLADE) vectors cost to make, uncached.
+#[derive(Debug, Clone, Serialize)]
+pub struct SparseReport {
+    pub model: String,
+    pub tools: usize,
+    /// Encoding every tool text, in batches.
+    pub tools_encode_ms: f64,
+    /// Non-zero terms per tool vector.
+    pub mean_tool_terms: f64,
+    /// Building the inverted index from the tool vectors.
+    pub index_build_ms: f64,
+    /// Query texts encoded (needs included).
+    pub queries: usize,
+    pub queries_encode_ms: f64,
+    pub mean_query_terms: f64,
+    /// Encoding one query on its own, median over the sample.
+    pub query_encode_p50_ms: Option<f64>,
+    pub query_encode_sample: usize,
+    /// Texts encoded in this run (the others came from the cache; the times are for these).
+    pub encoded: usize,
 }
 
 /// How the vectors were made.

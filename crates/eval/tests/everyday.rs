@@ -272,6 +272,7 @@ impl Everyday {
             needs: false,
             caution,
             rerank: Default::default(),
+            sparse: None,
         };
         let outcome = self.catalog.search_with(&request);
         assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);

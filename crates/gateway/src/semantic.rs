@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use catalog::Catalog;
+use embed::local::splade::{SparseVector, Splade};
 use embed::{EmbedError, Embedder, TextKind};
 use netguard::Policy;
 use secrecy::SecretString;
@@ -24,6 +25,8 @@ use crate::metrics::Metrics;
 pub struct Semantic {
     embedder: Arc<dyn Embedder>,
     store: Option<Store>,
+    /// The learned sparse list's encoder (`[retrieval] splade`), when asked for and found.
+    splade: Option<Splade>,
 }
 
 impl Semantic {
@@ -55,7 +58,15 @@ impl Semantic {
         match embedder {
             Ok(embedder) => {
                 tracing::info!(model = embedder.id(), "semantic search enabled");
-                Some(Semantic { embedder, store })
+                let splade = match config.splade {
+                    true => load_splade().await,
+                    false => None,
+                };
+                Some(Semantic {
+                    embedder,
+                    store,
+                    splade,
+                })
             }
             Err(reason) => {
                 tracing::warn!(%reason, "no embedding model available; searching with BM25 only (run scripts/fetch-models.sh to install the default model)");
@@ -139,6 +150,49 @@ impl Semantic {
     /// Vectors for search queries.
     pub async fn query_vectors(&self, queries: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.embedder.embed(queries, TextKind::Query).await
+    }
+
+    /// The sparse encoder's id, when `[retrieval] splade` is on and the model loaded.
+    pub fn splade_id(&self) -> Option<&'static str> {
+        self.splade.as_ref().map(Splade::id)
+    }
+
+    /// Each tool's sparse vector (from the embedding text), or `None` without the encoder.
+    /// Not cached: splade-tiny encodes a tool in a few milliseconds.
+    pub async fn tool_sparse(
+        &self,
+        catalog: &Catalog,
+    ) -> Option<Result<Vec<SparseVector>, EmbedError>> {
+        let splade = self.splade.as_ref()?;
+        Some(splade.encode(&catalog.embedding_texts()).await)
+    }
+
+    /// The queries' sparse vectors, or `None` without the encoder.
+    pub async fn query_sparse(
+        &self,
+        queries: &[String],
+    ) -> Option<Result<Vec<SparseVector>, EmbedError>> {
+        let splade = self.splade.as_ref()?;
+        Some(splade.encode(queries).await)
+    }
+}
+
+/// Loads splade-tiny, or says once why hybrid search keeps two lists.
+async fn load_splade() -> Option<Splade> {
+    let loaded = tokio::task::spawn_blocking(|| {
+        Splade::load(None, &embed::local::LoadOptions::default()).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")));
+    match loaded {
+        Ok(splade) => {
+            tracing::info!(model = splade.id(), "learned sparse list enabled");
+            Some(splade)
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "splade-tiny not available; hybrid search keeps its two lists (run scripts/fetch-models.sh splade)");
+            None
+        }
     }
 }
 

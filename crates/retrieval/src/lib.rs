@@ -5,7 +5,8 @@
 //! the documents change); [`Bm25Index::rank`] returns every matching document, full depth,
 //! for one query. [`tokenize`] and [`Analyzer`] define the terms both sides share.
 //! [`VectorIndex::build`] and [`VectorIndex::rank`] do the same for embeddings (every kept
-//! document is ranked). [`fuse`] combines full-depth rankings by weighted RRF, and
+//! document is ranked), and [`SparseIndex`] for learned sparse vectors (SPLADE; documents
+//! that share a term with the query). [`fuse`] combines full-depth rankings by weighted RRF, and
 //! [`Hybrid`] is the lexical/semantic policy on top (balance, query-dependent [`Adaptive`]
 //! weights, minimum similarity). [`Bm25Index::rank_with`] adds pseudo-relevance
 //! [`Feedback`] (RM3). [`group_prior`] and [`cap_per_group`] reorder a ranking by the
@@ -32,6 +33,7 @@ mod english;
 mod groups;
 mod hybrid;
 mod needs;
+mod sparse;
 mod vector;
 
 pub use analyzer::{Analyzer, Language, tokenize};
@@ -40,4 +42,5 @@ pub use document::{DocId, Document, Field};
 pub use groups::{GroupPrior, GroupScore, apply_prior, cap_per_group, group_prior, group_ranks};
 pub use hybrid::{ADAPTIVE_RANGE, Adaptive, Hybrid, RRF_K, fuse, fuse_top};
 pub use needs::{MAX_NEEDS, split_needs};
+pub use sparse::SparseIndex;
 pub use vector::{VectorError, VectorIndex};

