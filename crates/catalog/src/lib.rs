@@ -369,22 +369,28 @@ impl Catalog {
             .collect()
     }
 
-    /// This catalog with tool vectors attached: one per tool, in [`Catalog::tools`] order,
-    /// embedded by `model_id` (an `Embedder::id`, so callers can tell whether their query
-    /// vectors are comparable). Replaces any earlier vectors.
-    pub fn with_vectors(self, model_id: String, vectors: Vec<Vec<f32>>) -> Result<Catalog, Error> {
-        if vectors.len() != self.len() {
+    /// The tools' qualified names, in [`Catalog::tools`] order, for an index of `vectors`
+    /// vectors (one per tool, or an error).
+    fn keys_for(&self, vectors: usize) -> Result<Vec<String>, Error> {
+        if vectors != self.len() {
             return Err(Error::VectorCount {
                 tools: self.len(),
-                vectors: vectors.len(),
+                vectors,
             });
         }
-        let keys = self
+        Ok(self
             .lexical
             .tools
             .iter()
             .map(|tool| tool.qualified.to_string())
-            .collect();
+            .collect())
+    }
+
+    /// This catalog with tool vectors attached: one per tool, in [`Catalog::tools`] order,
+    /// embedded by `model_id` (an `Embedder::id`, so callers can tell whether their query
+    /// vectors are comparable). Replaces any earlier vectors.
+    pub fn with_vectors(self, model_id: String, vectors: Vec<Vec<f32>>) -> Result<Catalog, Error> {
+        let keys = self.keys_for(vectors.len())?;
         let index = VectorIndex::build(keys, &vectors).map_err(Error::Vectors)?;
         Ok(Catalog {
             vectors: Some(Arc::new(ToolVectors {
@@ -403,18 +409,7 @@ impl Catalog {
         model_id: String,
         vectors: Vec<Vec<(u32, f32)>>,
     ) -> Result<Catalog, Error> {
-        if vectors.len() != self.len() {
-            return Err(Error::VectorCount {
-                tools: self.len(),
-                vectors: vectors.len(),
-            });
-        }
-        let keys = self
-            .lexical
-            .tools
-            .iter()
-            .map(|tool| tool.qualified.to_string())
-            .collect();
+        let keys = self.keys_for(vectors.len())?;
         let index = SparseIndex::build(keys, &vectors);
         Ok(Catalog {
             sparse: Some(Arc::new(ToolSparse {

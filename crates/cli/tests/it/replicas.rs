@@ -850,17 +850,22 @@ fn a_signin_started_on_one_replica_finishes_on_another_once() {
             .join("\n")
     };
 
+    // A sign-in started on A, as alice: where the authorization server sends the browser.
+    let sign_in_on_a = || {
+        let (status, _, body) = get_once(&format!(
+            "http://127.0.0.1:{}/oauth/start?server=docs",
+            a.port
+        ));
+        assert_eq!(status, 200, "{body}");
+        let started: Value = serde_json::from_str(&body).expect("JSON");
+        let authorize = started["authorization_url"].as_str().expect("a URL");
+        let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
+        assert!((300..400).contains(&status), "{status} {body}");
+        location.expect("the authorization server's redirect")
+    };
+
     // Started on A: the authorization server sends the browser back to A's callback ...
-    let (status, _, body) = get_once(&format!(
-        "http://127.0.0.1:{}/oauth/start?server=docs",
-        a.port
-    ));
-    assert_eq!(status, 200, "{body}");
-    let started: Value = serde_json::from_str(&body).expect("JSON");
-    let authorize = started["authorization_url"].as_str().expect("a URL");
-    let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
-    assert!((300..400).contains(&status), "{status} {body}");
-    let callback = location.expect("the authorization server's redirect");
+    let callback = sign_in_on_a();
     assert!(
         callback.starts_with(&format!("http://127.0.0.1:{}/oauth/callback?", a.port)),
         "{callback}"
@@ -954,18 +959,6 @@ fn a_signin_started_on_one_replica_finishes_on_another_once() {
             },
         );
     }
-    let sign_in_on_a = || {
-        let (status, _, body) = get_once(&format!(
-            "http://127.0.0.1:{}/oauth/start?server=docs",
-            a.port
-        ));
-        assert_eq!(status, 200, "{body}");
-        let started: Value = serde_json::from_str(&body).expect("JSON");
-        let authorize = started["authorization_url"].as_str().expect("a URL");
-        let (status, location, body) = get_once(&format!("{authorize}&user=alice"));
-        assert!((300..400).contains(&status), "{status} {body}");
-        location.expect("the authorization server's redirect")
-    };
     let alone = sign_in_on_a();
     assert_ne!(alone, callback);
     let (status, _, page) = get_once(&on_port(&alone, b.port));

@@ -2,12 +2,11 @@
 //! WordPiece with `[CLS]`/`[SEP]`, truncation at 256 tokens, mean pooling over the attention
 //! mask, L2 normalisation. No query/passage prefixes (the model was not trained with them).
 
-use std::fs;
 use std::path::Path;
 
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::bert::BertModel;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::{Encoder, transformer};
@@ -30,26 +29,14 @@ impl MiniLm {
     /// Loads `config.json`, `tokenizer.json` and `model.safetensors` from `dir` (already
     /// verified by sha256, so a parse error here means a bug, not a bad download).
     pub(crate) fn load(dir: &Path, batch_size: usize) -> Result<Self, EmbedError> {
-        let bad = |file: &str, reason: String| EmbedError::BadModelFile {
-            path: dir.join(file).display().to_string(),
-            reason,
-        };
-        let config =
-            fs::read(dir.join("config.json")).map_err(|e| bad("config.json", e.to_string()))?;
-        let config: Config =
-            serde_json::from_slice(&config).map_err(|e| bad("config.json", e.to_string()))?;
-        let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| bad("tokenizer.json", e.to_string()))?;
-        let weights = fs::read(dir.join("model.safetensors"))
-            .map_err(|e| bad("model.safetensors", e.to_string()))?;
+        // Reading 91 MB once costs ~30 ms.
+        let (config, tokenizer, weights) = transformer::read_bert_files(dir)?;
         let device = Device::Cpu;
-        // Not mmap: that is `unsafe` in candle (the file could change under us) and the
-        // workspace denies unsafe code; reading 91 MB once costs ~30 ms.
         let model = VarBuilder::from_buffered_safetensors(weights, DType::F32, &device)
             .and_then(|vb| BertModel::load(vb, &config))
-            .map_err(|e| bad("model.safetensors", e.to_string()))?;
+            .map_err(|e| transformer::bad_file(dir, "model.safetensors", e))?;
         Self::new(model, tokenizer, batch_size)
-            .map_err(|reason| bad("tokenizer.json", reason.to_string()))
+            .map_err(|reason| transformer::bad_file(dir, "tokenizer.json", reason))
     }
 
     /// Wraps an already built model; also how tests run a tiny random BERT.
@@ -104,7 +91,7 @@ pub(crate) mod tests {
     use std::collections::HashMap;
 
     use candle_core::Tensor;
-    use candle_transformers::models::bert::HiddenAct;
+    use candle_transformers::models::bert::{Config, HiddenAct};
 
     use super::*;
 

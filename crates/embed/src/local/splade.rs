@@ -19,7 +19,6 @@
 //! padded batch of 32 would be 125 MB for nothing.
 
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -115,23 +114,11 @@ struct Model {
 
 impl Model {
     fn load(dir: &Path, batch_size: usize) -> Result<Self, EmbedError> {
-        let bad = |file: &str, reason: String| EmbedError::BadModelFile {
-            path: dir.join(file).display().to_string(),
-            reason,
-        };
-        let config =
-            fs::read(dir.join("config.json")).map_err(|e| bad("config.json", e.to_string()))?;
-        let config: Config =
-            serde_json::from_slice(&config).map_err(|e| bad("config.json", e.to_string()))?;
-        let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
-            .map_err(|e| bad("tokenizer.json", e.to_string()))?;
-        let weights = fs::read(dir.join("model.safetensors"))
-            .map_err(|e| bad("model.safetensors", e.to_string()))?;
-        let device = Device::Cpu;
-        let tensors = candle_core::safetensors::load_buffer(&weights, &device)
-            .map_err(|e| bad("model.safetensors", e.to_string()))?;
+        let (config, tokenizer, weights) = transformer::read_bert_files(dir)?;
+        let tensors = candle_core::safetensors::load_buffer(&weights, &Device::Cpu)
+            .map_err(|e| transformer::bad_file(dir, "model.safetensors", e))?;
         Self::new(masked_lm_tensors(tensors), &config, tokenizer, batch_size)
-            .map_err(|reason| bad("model.safetensors", reason))
+            .map_err(|reason| transformer::bad_file(dir, "model.safetensors", reason))
     }
 
     /// From tensors under Hugging Face's `BertForMaskedLM` names (see [`masked_lm_tensors`]);

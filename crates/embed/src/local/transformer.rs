@@ -1,13 +1,40 @@
-//! What the two transformer encoders (MiniLM, E5) share: length-sorted padded batches and
-//! sentence-transformers' mean pooling + L2 normalisation.
+//! What the transformer encoders (MiniLM, E5, splade-tiny) share: reading a BERT model's files,
+//! length-sorted padded batches and sentence-transformers' mean pooling + L2 normalisation.
 //!
 //! Texts are tokenised once without padding, sorted by token count and cut into batches, so
 //! each batch is padded only to its own longest text (the `BatchLongest` strategy) and short
 //! texts never pay for a long neighbour. Vectors come back in input order.
 
+use std::{fs, path::Path};
+
 use candle_core::{D, DType, Device, Tensor};
+use candle_transformers::models::bert::Config;
+use tokenizers::Tokenizer;
 
 use crate::EmbedError;
+
+/// A BERT model's three files in `dir` (already verified by sha256, so a parse error here
+/// means a bug, not a bad download): its `config.json`, its `tokenizer.json`, and the bytes of
+/// its `model.safetensors` (read, not mmapped: that is `unsafe` in candle, the file could
+/// change under us, and the workspace denies unsafe code).
+pub(crate) fn read_bert_files(dir: &Path) -> Result<(Config, Tokenizer, Vec<u8>), EmbedError> {
+    let config = fs::read(dir.join("config.json")).map_err(|e| bad_file(dir, "config.json", e))?;
+    let config: Config =
+        serde_json::from_slice(&config).map_err(|e| bad_file(dir, "config.json", e))?;
+    let tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+        .map_err(|e| bad_file(dir, "tokenizer.json", e))?;
+    let weights = fs::read(dir.join("model.safetensors"))
+        .map_err(|e| bad_file(dir, "model.safetensors", e))?;
+    Ok((config, tokenizer, weights))
+}
+
+/// The error for `file` in `dir` that could not be read or used.
+pub(crate) fn bad_file(dir: &Path, file: &str, reason: impl std::fmt::Display) -> EmbedError {
+    EmbedError::BadModelFile {
+        path: dir.join(file).display().to_string(),
+        reason: reason.to_string(),
+    }
+}
 
 /// Token ids of one batch, padded to the batch's longest text.
 pub(crate) struct PaddedBatch {
