@@ -189,7 +189,13 @@ impl Gateway {
         tokio::spawn(watch_changes(Arc::downgrade(&gateway), changes_rx));
         tokio::spawn(changes::deliver(Arc::downgrade(&gateway), announcements));
         if let Some(cluster) = &gateway.cluster {
-            tokio::spawn(replicas::listen(Arc::downgrade(&gateway), cluster.events()));
+            replicas::on_events(
+                cluster,
+                Arc::downgrade(&gateway),
+                |gateway, event| async move {
+                    replicas::act(&gateway, event);
+                },
+            );
         }
         tokio::spawn(changes::deliver_updates(
             Arc::downgrade(&gateway),

@@ -101,41 +101,61 @@ impl Gateway {
     }
 }
 
-/// Acts on the other replicas' events while the gateway lives.
-pub(crate) async fn listen(gateway: Weak<Gateway>, mut events: broadcast::Receiver<Event>) {
-    loop {
-        let event = events.recv().await;
-        let Some(gateway) = gateway.upgrade() else {
-            return;
-        };
-        match event {
-            Ok(Event::Approval { id }) => {
-                tracing::debug!(approval = id, "another replica decided an approval");
-                gateway.approval_waiters.wake();
-            }
-            Ok(Event::Server { name }) => {
-                let Some(server) = gateway.upstreams.get(&name) else {
-                    continue;
-                };
-                tracing::debug!(server = %name, "another replica saw a change; listing the server again");
-                tokio::spawn(relist(gateway.clone(), vec![server]));
-            }
-            // The HTTP listener's business (`http::session_owner::hear_ended`).
-            Ok(Event::SessionEnded { .. }) => {}
-            // Heard by the sign-in endpoints' own listener (`oauth::login::hear_replicas`).
-            Ok(Event::Login { .. }) => {}
-            Ok(Event::Resubscribed) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                gateway.approval_waiters.wake();
-                let ready: Vec<_> = gateway
-                    .upstreams
-                    .servers()
-                    .iter()
-                    .filter(|server| matches!(server.status().state, upstream::ServerState::Ready))
-                    .cloned()
-                    .collect();
-                tokio::spawn(relist(gateway.clone(), ready));
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
+/// Spawns a task that hands each event the other replicas send to `handle`, with what `owner`
+/// points to, for as long as it lives. Each layer that acts on events (the gateway here, the
+/// HTTP listener's sessions, the sign-in endpoints) has its own. A stretch of missed events (this
+/// process fell behind, or lost Redis and subscribed again) arrives as one
+/// [`Event::Resubscribed`].
+pub(crate) fn on_events<T, F, Fut>(cluster: &Cluster, owner: Weak<T>, mut handle: F)
+where
+    T: Send + Sync + 'static,
+    F: FnMut(Arc<T>, Event) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let mut events = cluster.events();
+    tokio::spawn(async move {
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(broadcast::error::RecvError::Lagged(_)) => Event::Resubscribed,
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(owner) = owner.upgrade() else {
+                return;
+            };
+            handle(owner, event).await;
+        }
+    });
+}
+
+/// Acts on an event of the other replicas that concerns the gateway itself.
+pub(crate) fn act(gateway: &Arc<Gateway>, event: Event) {
+    match event {
+        Event::Approval { id } => {
+            tracing::debug!(approval = id, "another replica decided an approval");
+            gateway.approval_waiters.wake();
+        }
+        Event::Server { name } => {
+            let Some(server) = gateway.upstreams.get(&name) else {
+                return;
+            };
+            tracing::debug!(server = %name, "another replica saw a change; listing the server again");
+            tokio::spawn(relist(gateway.clone(), vec![server]));
+        }
+        // The HTTP listener's business (`http::session_owner::act`).
+        Event::SessionEnded { .. } => {}
+        // Heard by the sign-in endpoints' own listener (`oauth::login::hear_replicas`).
+        Event::Login { .. } => {}
+        Event::Resubscribed => {
+            gateway.approval_waiters.wake();
+            let ready: Vec<_> = gateway
+                .upstreams
+                .servers()
+                .iter()
+                .filter(|server| matches!(server.status().state, upstream::ServerState::Ready))
+                .cloned()
+                .collect();
+            tokio::spawn(relist(gateway.clone(), ready));
         }
     }
 }

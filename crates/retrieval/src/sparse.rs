@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::bm25::Hit;
 use crate::document::DocId;
-use crate::vector::{sortable, unsortable};
+use crate::vector::{pack, sorted_hits};
 
 /// An immutable inverted index of sparse document vectors.
 #[derive(Clone, Default)]
@@ -92,22 +92,12 @@ impl SparseIndex {
                 *slot += weight * w;
             }
         }
-        let mut order: Vec<u64> = touched
+        let order: Vec<u64> = touched
             .into_iter()
             .filter(|&doc| keep(doc))
-            .map(|doc| {
-                let score = scores[doc as usize];
-                (u64::from(!sortable(score)) << 32) | u64::from(self.key_rank[doc as usize])
-            })
+            .map(|doc| pack(scores[doc as usize], self.key_rank[doc as usize]))
             .collect();
-        order.sort_unstable();
-        order
-            .into_iter()
-            .map(|packed| Hit {
-                doc: self.by_key[(packed as u32) as usize],
-                score: unsortable(!((packed >> 32) as u32)),
-            })
-            .collect()
+        sorted_hits(order, &self.by_key)
     }
 }
 

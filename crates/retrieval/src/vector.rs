@@ -175,17 +175,9 @@ impl VectorIndex {
             // the scores in their documented range. `+ 0.0` turns -0.0 into 0.0 so the two
             // zeros sort together.
             let score = dot(&query, vector).clamp(-1.0, 1.0) + 0.0;
-            order
-                .push((u64::from(!sortable(score)) << 32) | u64::from(self.key_rank[doc as usize]));
+            order.push(pack(score, self.key_rank[doc as usize]));
         }
-        order.sort_unstable();
-        order
-            .into_iter()
-            .map(|packed| Hit {
-                doc: self.by_key[(packed as u32) as usize],
-                score: unsortable(!((packed >> 32) as u32)),
-            })
-            .collect()
+        sorted_hits(order, &self.by_key)
     }
 }
 
@@ -233,6 +225,25 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         sum += x * y;
     }
     sum
+}
+
+/// A hit packed into one integer that sorts best first: the high half an order-preserving
+/// encoding of `score`, inverted (descending), the low half the document's key rank (ties by
+/// key ascending).
+pub(crate) fn pack(score: f32, key_rank: u32) -> u64 {
+    (u64::from(!sortable(score)) << 32) | u64::from(key_rank)
+}
+
+/// Sorts hits packed by [`pack`] and unpacks them, `by_key` mapping a key rank to its document.
+pub(crate) fn sorted_hits(mut order: Vec<u64>, by_key: &[DocId]) -> Vec<Hit> {
+    order.sort_unstable();
+    order
+        .into_iter()
+        .map(|packed| Hit {
+            doc: by_key[(packed as u32) as usize],
+            score: unsortable(!((packed >> 32) as u32)),
+        })
+        .collect()
 }
 
 /// The bits of `x` as an unsigned integer that orders like `x` (for non-NaN floats).

@@ -7,7 +7,7 @@ use std::path::Path;
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::BertModel;
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::Tokenizer;
 
 use super::{Encoder, transformer};
 use crate::{EmbedError, TextKind};
@@ -45,20 +45,8 @@ impl MiniLm {
         mut tokenizer: Tokenizer,
         batch_size: usize,
     ) -> Result<Self, EmbedError> {
-        let pad_id = tokenizer
-            .get_padding()
-            .map(|padding| padding.pad_id)
-            .or_else(|| tokenizer.token_to_id("[PAD]"))
-            .unwrap_or(0);
-        // We pad per length-sorted batch ourselves (see `transformer`), so the tokenizer must
-        // not pad at all.
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: MAX_TOKENS,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| EmbedError::Model(format!("cannot set truncation: {e}")))?;
+        let pad_id = transformer::prepare_tokenizer(&mut tokenizer, MAX_TOKENS)
+            .map_err(EmbedError::Model)?;
         Ok(MiniLm {
             device: model.device.clone(),
             model,

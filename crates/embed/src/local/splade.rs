@@ -25,7 +25,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, BertOnlyMLMHead, Config};
-use tokenizers::{Tokenizer, TruncationParams};
+use tokenizers::Tokenizer;
 
 use super::{LoadOptions, files, thread_pool, transformer};
 use crate::EmbedError;
@@ -133,19 +133,7 @@ impl Model {
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &device);
         let bert = BertModel::load(vb.pp("bert"), config).map_err(|e| e.to_string())?;
         let head = BertOnlyMLMHead::load(vb.pp("cls"), config).map_err(|e| e.to_string())?;
-        let pad_id = tokenizer
-            .get_padding()
-            .map(|padding| padding.pad_id)
-            .or_else(|| tokenizer.token_to_id("[PAD]"))
-            .unwrap_or(0);
-        // Padded per length-sorted batch by `transformer`, not by the tokenizer.
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: MAX_TOKENS,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| format!("cannot set truncation: {e}"))?;
+        let pad_id = transformer::prepare_tokenizer(&mut tokenizer, MAX_TOKENS)?;
         Ok(Model {
             bert,
             head,
@@ -159,19 +147,9 @@ impl Model {
     fn encode(&self, texts: &[String]) -> Result<Vec<SparseVector>, EmbedError> {
         let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let tokens = transformer::token_ids(&self.tokenizer, inputs)?;
-        let mut out: Vec<Option<SparseVector>> = vec![None; tokens.len()];
-        for batch in transformer::length_sorted_batches(&tokens, self.batch_size) {
-            let members: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].as_slice()).collect();
-            let vectors = self
-                .encode_batch(&members)
-                .map_err(|error| EmbedError::Model(format!("forward pass failed: {error}")))?;
-            for (index, vector) in batch.into_iter().zip(vectors) {
-                out[index] = Some(vector);
-            }
-        }
-        out.into_iter()
-            .map(|vector| vector.ok_or_else(|| EmbedError::Model("a text was not encoded".into())))
-            .collect()
+        transformer::in_sorted_batches(&tokens, self.batch_size, |members| {
+            self.encode_batch(members)
+        })
     }
 
     fn encode_batch(&self, members: &[&[u32]]) -> candle_core::Result<Vec<SparseVector>> {

@@ -69,24 +69,54 @@ pub(crate) fn embed_sorted_batches(
     device: &Device,
     mut forward: impl FnMut(&PaddedBatch) -> candle_core::Result<Tensor>,
 ) -> Result<Vec<Vec<f32>>, EmbedError> {
-    let mut out: Vec<Option<Vec<f32>>> = vec![None; tokens.len()];
+    in_sorted_batches(tokens, batch_size, |members| {
+        let padded = pad(members, pad_id, device)?;
+        let hidden = forward(&padded)?;
+        mean_pool_normalize(&hidden, &padded.mask)?.to_vec2::<f32>()
+    })
+}
+
+/// Runs `encode` (a batch's token ids → one output per member) over length-sorted batches and
+/// returns the outputs in input order.
+pub(crate) fn in_sorted_batches<T>(
+    tokens: &[Vec<u32>],
+    batch_size: usize,
+    mut encode: impl FnMut(&[&[u32]]) -> candle_core::Result<Vec<T>>,
+) -> Result<Vec<T>, EmbedError> {
+    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(tokens.len()).collect();
     for batch in length_sorted_batches(tokens, batch_size) {
         let members: Vec<&[u32]> = batch.iter().map(|&i| tokens[i].as_slice()).collect();
-        let vectors = pad(&members, pad_id, device)
-            .and_then(|padded| {
-                let hidden = forward(&padded)?;
-                mean_pool_normalize(&hidden, &padded.mask)
-            })
-            .and_then(|pooled| pooled.to_vec2::<f32>())
+        let outputs = encode(&members)
             .map_err(|error| EmbedError::Model(format!("forward pass failed: {error}")))?;
-        for (index, vector) in batch.into_iter().zip(vectors) {
-            out[index] = Some(vector);
+        for (index, output) in batch.into_iter().zip(outputs) {
+            out[index] = Some(output);
         }
     }
     // Every index is in exactly one batch, so every slot is filled.
     out.into_iter()
-        .map(|vector| vector.ok_or_else(|| EmbedError::Model("a text was not embedded".into())))
+        .map(|output| output.ok_or_else(|| EmbedError::Model("a text was not encoded".into())))
         .collect()
+}
+
+/// Makes `tokenizer` ready for [`token_ids`]: no padding (batches are padded to their own
+/// longest text by [`pad`]) and truncation at `max_tokens`. Returns the id to pad with.
+pub(crate) fn prepare_tokenizer(
+    tokenizer: &mut Tokenizer,
+    max_tokens: usize,
+) -> Result<u32, String> {
+    let pad_id = tokenizer
+        .get_padding()
+        .map(|padding| padding.pad_id)
+        .or_else(|| tokenizer.token_to_id("[PAD]"))
+        .unwrap_or(0);
+    tokenizer.with_padding(None);
+    tokenizer
+        .with_truncation(Some(tokenizers::TruncationParams {
+            max_length: max_tokens,
+            ..tokenizers::TruncationParams::default()
+        }))
+        .map_err(|e| format!("cannot set truncation: {e}"))?;
+    Ok(pad_id)
 }
 
 /// Indices of `tokens` grouped into batches of at most `batch_size`, shortest texts first

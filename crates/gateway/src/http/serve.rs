@@ -355,10 +355,7 @@ fn mcp_service(
     ));
     // Copies of sessions ended through another replica are closed as it announces them.
     if let (Some(cluster), Some(_)) = (&gateway.cluster, &roaming) {
-        tokio::spawn(session_owner::hear_ended(
-            Arc::downgrade(&owners),
-            cluster.events(),
-        ));
+        crate::replicas::on_events(cluster, Arc::downgrade(&owners), session_owner::act);
     }
     let direct = Arc::new(Direct::new(
         sessions.clone(),

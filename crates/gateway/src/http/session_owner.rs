@@ -16,7 +16,7 @@
 //! flood of bare `initialize` requests grew memory without bound.
 //!
 //! With replicas, a session ended here is announced to the others (through Redis, by the
-//! digest of its id; `roaming`), which close their copies of it at once ([`hear_ended`]).
+//! digest of its id; `roaming`), which close their copies of it at once ([`act`]).
 //!
 //! Rejected: a session manager of our own wrapping rmcp's `LocalSessionManager` (the trait
 //! does not see the request's principal), and comparing the principal in the MCP handler
@@ -26,13 +26,12 @@ use ids::PrincipalId;
 use std::{
     collections::HashMap,
     sync::{
-        Arc, Mutex, Weak,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
 };
 
 use cluster::{Cluster, Event};
-use tokio::sync::broadcast;
 
 use axum::{
     body::Body,
@@ -440,21 +439,11 @@ fn not_found() -> Response {
     response
 }
 
-/// Closes this replica's copies of the sessions the other replicas end, as they announce them,
-/// while `owners` lives.
-pub(crate) async fn hear_ended(owners: Weak<Owners>, mut events: broadcast::Receiver<Event>) {
-    loop {
-        match events.recv().await {
-            Ok(Event::SessionEnded { digest }) => {
-                let Some(owners) = owners.upgrade() else {
-                    return;
-                };
-                owners.ended_elsewhere(&digest).await;
-            }
-            // Missed announcements are caught later (`Owners::close_ended_copies`).
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-            Err(broadcast::error::RecvError::Closed) => return,
-        }
+/// Closes this replica's copy of a session another replica announces it ended. Missed
+/// announcements are caught later ([`Owners::close_ended_copies`]).
+pub(crate) async fn act(owners: Arc<Owners>, event: Event) {
+    if let Event::SessionEnded { digest } = event {
+        owners.ended_elsewhere(&digest).await;
     }
 }
 

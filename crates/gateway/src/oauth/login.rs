@@ -679,30 +679,27 @@ pub(crate) fn hear_replicas(gateway: &Arc<Gateway>, logins: &Arc<Logins>) {
     let Some(cluster) = &gateway.cluster else {
         return;
     };
-    let mut events = cluster.events();
-    let (gateway, logins) = (Arc::downgrade(gateway), Arc::downgrade(logins));
-    tokio::spawn(async move {
-        loop {
-            let event = events.recv().await;
-            let (Some(gateway), Some(logins)) = (gateway.upgrade(), logins.upgrade()) else {
-                return;
-            };
-            match event {
-                Ok(cluster::Event::Login {
+    let gateway = Arc::downgrade(gateway);
+    crate::replicas::on_events(cluster, Arc::downgrade(logins), move |logins, event| {
+        let gateway = gateway.upgrade();
+        async move {
+            let (
+                Some(gateway),
+                cluster::Event::Login {
                     server,
                     principal,
                     failure,
-                }) => {
-                    tracing::debug!(%server, %principal, "another replica finished a sign-in");
-                    logins.pending().forget(&server, &principal);
-                    let signed_in = failure.is_none();
-                    logins.announce(&server, &principal, failure.map_or(Ok(()), Err));
-                    if signed_in {
-                        list_after_sign_in(&gateway, &server, &principal);
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                },
+            ) = (gateway, event)
+            else {
+                return;
+            };
+            tracing::debug!(%server, %principal, "another replica finished a sign-in");
+            logins.pending().forget(&server, &principal);
+            let signed_in = failure.is_none();
+            logins.announce(&server, &principal, failure.map_or(Ok(()), Err));
+            if signed_in {
+                list_after_sign_in(&gateway, &server, &principal);
             }
         }
     });
