@@ -50,8 +50,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use retrieval::{
-    Analyzer, Bm25Index, Bm25Params, DocId, Document, FieldWeights, Hit, Language, SparseIndex,
-    VectorIndex,
+    Analyzer, Bm25Index, Bm25Params, DocId, Document, FieldWeights, Hit, Language, Ranked,
+    SparseIndex, VectorIndex,
 };
 
 pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation};
@@ -671,7 +671,22 @@ impl Catalog {
         // BM25 with the sparse list beside it where BM25 would answer alone.
         let lexical_or_sparse = || match &sparse {
             Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => (
-                retrieval::fuse_top(&[(&lexical(), 1.0), (list, sparse.weight)], key, depth),
+                hybrid.fuse_lists(
+                    &[
+                        Ranked {
+                            hits: &lexical(),
+                            weight: 1.0,
+                            floor: Some(0.0),
+                        },
+                        Ranked {
+                            hits: list,
+                            weight: sparse.weight,
+                            floor: Some(0.0),
+                        },
+                    ],
+                    key,
+                    depth,
+                ),
                 Scoring::Fused {
                     bm25_weight: 1.0,
                     vector_weight: 0.0,
@@ -711,20 +726,41 @@ impl Catalog {
                     _ => self.lexical.index.query_length(query),
                 };
                 let vector_weight = hybrid.semantic_weight(terms);
-                let scoring = Scoring::Fused {
-                    bm25_weight: 1.0 - vector_weight,
-                    vector_weight,
+                // How the scores were made, from the vector list the last fusion used.
+                let scoring = |semantic: &[Hit]| match hybrid.fusion {
+                    retrieval::Fusion::Ranks { .. } => Scoring::Fused {
+                        bm25_weight: 1.0 - vector_weight,
+                        vector_weight,
+                    },
+                    retrieval::Fusion::Scores => Scoring::Normalised {
+                        bm25_weight: 1.0 - vector_weight,
+                        vector_weight,
+                        bm25_span: retrieval::score_span(&lexical, Some(0.0)),
+                        vector_span: retrieval::score_span(&hybrid.strong(semantic), None),
+                    },
                 };
                 // Two lists, or three with the sparse one at its own weight (the BM25 and vector
                 // weights still add up to 1).
                 let fuse = |semantic: &[Hit]| match &sparse {
                     Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => {
                         let semantic = hybrid.strong(semantic);
-                        retrieval::fuse_top(
+                        hybrid.fuse_lists(
                             &[
-                                (&lexical, 1.0 - vector_weight),
-                                (&semantic, vector_weight),
-                                (list, sparse.weight),
+                                Ranked {
+                                    hits: &lexical,
+                                    weight: 1.0 - vector_weight,
+                                    floor: Some(0.0),
+                                },
+                                Ranked {
+                                    hits: &semantic,
+                                    weight: vector_weight,
+                                    floor: None,
+                                },
+                                Ranked {
+                                    hits: list,
+                                    weight: sparse.weight,
+                                    floor: Some(0.0),
+                                },
                             ],
                             key,
                             depth,
@@ -744,9 +780,9 @@ impl Catalog {
                                 .strong(&vectors.index.rank(&vector, keep))
                                 .into_owned()
                         });
-                        (fuse(&semantic), scoring)
+                        (fuse(&semantic), scoring(&semantic))
                     }
-                    None => (fused, scoring),
+                    None => (fused, scoring(&semantic)),
                 }
             }
         }
@@ -814,13 +850,15 @@ impl Catalog {
                 request.feedback.as_ref()
             }
             Scoring::Bm25 => request.feedback.as_ref(),
-            Scoring::Fused { .. } if request.feedback_in_fusion => request.feedback.as_ref(),
+            Scoring::Fused { .. } | Scoring::Normalised { .. } if request.feedback_in_fusion => {
+                request.feedback.as_ref()
+            }
             _ => None,
         };
         let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
         // The vector list as the fusion used it: with vector feedback, the moved query's.
         let moved = match (scoring, request.rerank.vector_feedback) {
-            (Scoring::Fused { .. }, Some(beta)) => {
+            (Scoring::Fused { .. } | Scoring::Normalised { .. }, Some(beta)) => {
                 let first_pass = SearchRequest {
                     rerank: Rerank {
                         vector_feedback: None,
@@ -1707,6 +1745,55 @@ mod tests {
             adaptive,
         );
         assert!(short > 0.45 && long < short, "{short} {long}");
+    }
+
+    #[test]
+    fn explained_score_fusion_adds_up() {
+        let catalog = vector_catalog();
+        let filter = Filter::default();
+        let vectors = [topic_vector(&[("files", 1.0), ("math", 0.3)])];
+        let queries = ["read file and add numbers".to_string()];
+        for vector_feedback in [None, Some(0.1)] {
+            let mut request = request(&queries, Some(&vectors), Strategy::Hybrid, &filter);
+            request.hybrid.fusion = retrieval::Fusion::Scores;
+            request.rerank.vector_feedback = vector_feedback;
+            request.top_k = 100;
+            let outcome = catalog.search_with(&request);
+            assert!(outcome.hits.len() > 2, "{:?}", outcome.hits);
+            let explanation = catalog.explain(&request, &outcome.hits);
+            let Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span,
+                vector_span,
+            } = explanation.scoring
+            else {
+                panic!("not score fusion: {explanation:?}");
+            };
+            assert_eq!(
+                bm25_span.map(|(low, _)| low),
+                Some(0.0),
+                "BM25's floor is 0"
+            );
+            for (hit, sources) in outcome.hits.iter().zip(&explanation.sources) {
+                let part =
+                    |place: Option<(usize, f32)>, weight: f32, span: Option<(f32, f32)>| match (
+                        place, span,
+                    ) {
+                        (Some((_, score)), Some((low, high))) if high > low => {
+                            weight * (score - low) / (high - low)
+                        }
+                        (Some(_), _) => weight,
+                        (None, _) => 0.0,
+                    };
+                let expected = part(sources.bm25, bm25_weight, bm25_span)
+                    + part(sources.vector, vector_weight, vector_span);
+                assert!(
+                    (hit.score - expected).abs() < 1e-5,
+                    "{vector_feedback:?} {hit:?} {sources:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -239,6 +239,17 @@ pub enum Scoring {
         bm25_weight: f32,
         vector_weight: f32,
     },
+    /// A weighted sum of min-max normalised scores ([`retrieval::Fusion::Scores`]):
+    /// `bm25_weight × (BM25 score − low) / (high − low) + vector_weight × (cosine − low) /
+    /// (high − low)`, each with its list's `(low, high)` span ([`retrieval::score_span`]; a term
+    /// only for a list the tool is in, and 1 when a list's scores are all equal). The weights
+    /// are this query's, as for `Fused`.
+    Normalised {
+        bm25_weight: f32,
+        vector_weight: f32,
+        bm25_span: Option<(f32, f32)>,
+        vector_span: Option<(f32, f32)>,
+    },
     /// Several queries: each tool's best reciprocal rank over the queries.
     Capabilities,
 }

@@ -102,6 +102,13 @@ pub(crate) struct Args {
     /// length (`on` or `off`; off keeps the balance for every query).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
     adaptive: bool,
+    /// How hybrid combines its lists: `scores` (a weighted sum of min-max normalised scores,
+    /// as the gateway does) or `ranks` (weighted reciprocal rank fusion; its balance was 45).
+    #[arg(long, default_value = "scores", value_name = "scores|ranks")]
+    fusion: String,
+    /// With --fusion ranks: the RRF constant k.
+    #[arg(long, default_value_t = retrieval::RRF_K)]
+    rrf_k: f32,
     /// With --adaptive on: how far the semantic weight moves per span of query terms.
     #[arg(long, default_value_t = retrieval::Adaptive::default().slope)]
     adaptive_slope: f32,
@@ -200,6 +207,16 @@ The repository ships one set, eval/metatool (MetaTool, MIT licence: eval/metatoo
   mcpgw eval eval/metatool --strategy bm25
 More in docs/retrieval.md."#;
 
+fn fusion(args: &Args) -> Result<retrieval::Fusion, Failure> {
+    match args.fusion.as_str() {
+        "ranks" | "rrf" => Ok(retrieval::Fusion::Ranks { k: args.rrf_k }),
+        "scores" => Ok(retrieval::Fusion::Scores),
+        other => Err(Failure::usage(anyhow!(
+            "--fusion must be ranks or scores, not `{other}`"
+        ))),
+    }
+}
+
 pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     let strategies = strategies(&args.strategy)?;
     let embedding_text = match args.embed_server.as_str() {
@@ -247,6 +264,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                 span: args.adaptive_span,
                 words: args.adaptive_words,
             }),
+            fusion: fusion(&args)?,
         },
         feedback: (args.feedback > 0).then_some(Feedback {
             docs: args.feedback,

@@ -71,8 +71,10 @@ pub(crate) fn search_table(hits: &[overview::Hit], explain: bool) -> Table {
 
 /// `mcpgw search --json`: each hit's name, server, description and score; with `explain` its
 /// `bm25` and `vector` places too (`{rank, score}` or null), and when the score is fused, each
-/// place's `weight` in it: the score is then the sum of `weight / (60 + rank)` over the places.
-/// The weights are the query's own (query-dependent fusion moves them with its length).
+/// place's `weight` in it: by ranks the score is the sum of `weight / (60 + rank)` over the
+/// places, by scores the sum of `weight × normalised` (each place then also has `normalised`,
+/// its score scaled to 0..1 over its list). The weights are the query's own (query-dependent
+/// fusion moves them with its length).
 pub(crate) fn search_json(
     hits: &[overview::Hit],
     scoring: catalog::Scoring,
@@ -97,10 +99,42 @@ pub(crate) fn search_json(
                         place.insert("weight".to_owned(), serde_json::json!(weight));
                     }
                 }
+            } else if let catalog::Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span,
+                vector_span,
+            } = scoring
+            {
+                for (list, weight, span) in [
+                    ("bm25", bm25_weight, bm25_span),
+                    ("vector", vector_weight, vector_span),
+                ] {
+                    if let Some(place) = fields.get_mut(list).and_then(|p| p.as_object_mut()) {
+                        let score = place.get("score").and_then(serde_json::Value::as_f64);
+                        place.insert("weight".to_owned(), serde_json::json!(weight));
+                        if let (Some(score), Some(span)) = (score, span) {
+                            place.insert(
+                                "normalised".to_owned(),
+                                serde_json::json!(normalised(score as f32, span)),
+                            );
+                        }
+                    }
+                }
             }
             row
         })
         .collect()
+}
+
+/// A score between its list's `(low, high)` as score fusion counts it: 0 at `low`, 1 at
+/// `high`, 1 for every score of a list whose scores are all equal.
+fn normalised(score: f32, (low, high): (f32, f32)) -> f32 {
+    if high > low {
+        ((score - low) / (high - low)).clamp(0.0, 1.0)
+    } else {
+        1.0
+    }
 }
 
 /// The line under `mcpgw search`'s table that says what the scores mean.
@@ -118,6 +152,28 @@ pub(crate) fn score_legend(scoring: catalog::Scoring, explained: bool) -> String
                     ""
                 } else {
                     " (--explain shows the ranks)"
+                }
+            )
+        }
+        catalog::Scoring::Normalised {
+            bm25_weight,
+            vector_weight,
+            bm25_span,
+            vector_span,
+        } => {
+            let span = |span: Option<(f32, f32)>| match span {
+                Some((low, high)) => format!("{low:.3}..{high:.3}"),
+                None => "none".to_owned(),
+            };
+            format!(
+                "score: {bm25_weight:.3} × BM25 score + {vector_weight:.3} × cosine similarity (this query's weights), each scaled to 0..1 over its list (BM25 {}, cosine {}), a term only for a list the tool is in; {:.3} is best in both{}",
+                span(bm25_span),
+                span(vector_span),
+                bm25_weight + vector_weight,
+                if explained {
+                    ""
+                } else {
+                    " (--explain shows each list's place)"
                 }
             )
         }

@@ -71,6 +71,7 @@ pub(crate) struct RetrievalFile {
     pub adaptive: Option<bool>,
     pub feedback: Option<bool>,
     pub vector_feedback: Option<bool>,
+    pub fusion: Option<crate::Fusion>,
     pub splade: Option<bool>,
     pub embedder: Option<EmbedderFile>,
 }

@@ -274,6 +274,7 @@ impl Validator {
             adaptive: file.adaptive.unwrap_or(default.adaptive),
             feedback: file.feedback.unwrap_or(default.feedback),
             vector_feedback: file.vector_feedback.unwrap_or(default.vector_feedback),
+            fusion: file.fusion.unwrap_or(default.fusion),
             splade: file.splade.unwrap_or(default.splade),
             embedder,
         }
@@ -1636,17 +1637,17 @@ strategy = "bm25"
 
     #[test]
     fn retrieval_and_store_settings_resolve_with_defaults() {
-        expect![[r#"Hybrid balance=45 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
+        expect![[r#"Hybrid balance=60 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
             .assert_eq(&retrieval_summary(""));
         expect![[r#"Hybrid balance=70 min_similarity=Some(0.25) embedder=Local { model: "e5", path: Some("/etc/mcpgw/models/e5") } store=Some("/etc/mcpgw/state/mcpgw.db")"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"hybrid\"\nbalance = 70\nmin_similarity = 0.25\n[retrieval.embedder]\ntype = \"local\"\nmodel = \"e5\"\npath = \"models/e5\"\n[store]\npath = \"state/mcpgw.db\"\n",
             ));
-        expect![[r#"Vector balance=45 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
+        expect![[r#"Vector balance=60 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"vector\"\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"text-embedding-3-small\"\napi_key_env = \"OPENAI_API_KEY\"\nbatch_size = 16\n",
             ));
-        expect!["Hybrid balance=45 min_similarity=None embedder=None store=None"].assert_eq(
+        expect!["Hybrid balance=60 min_similarity=None embedder=None store=None"].assert_eq(
             &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
         );
     }
@@ -1661,6 +1662,26 @@ strategy = "bm25"
         assert_eq!(splade(""), Ok(false));
         assert_eq!(splade("[retrieval]\nsplade = true\n"), Ok(true));
         assert!(splade("[retrieval]\nsplade = 1\n").is_err());
+    }
+
+    #[test]
+    fn fusion_is_by_scores_unless_ranks_are_asked_for() {
+        let fusion = |text: &str| {
+            parse_toml(text, Path::new("mcpgw.toml"))
+                .map(|config| config.retrieval.fusion)
+                .map_err(|err| err.to_string())
+        };
+        assert_eq!(fusion(""), Ok(crate::Fusion::Scores));
+        assert_eq!(
+            fusion("[retrieval]\nfusion = \"ranks\"\n"),
+            Ok(crate::Fusion::Ranks)
+        );
+        assert_eq!(
+            fusion("[retrieval]\nfusion = \"scores\"\n"),
+            Ok(crate::Fusion::Scores)
+        );
+        let error = fusion("[retrieval]\nfusion = \"rrf\"\n").expect_err("unknown fusion");
+        assert!(error.contains("fusion"), "{error}");
     }
 
     fn store_summary(text: &str) -> String {

@@ -156,6 +156,10 @@ fn request<'a>(
             balance: defaults.balance,
             min_similarity: defaults.min_similarity,
             adaptive: defaults.adaptive.then(Adaptive::default),
+            fusion: match defaults.fusion {
+                config::Fusion::Scores => retrieval::Fusion::Scores,
+                config::Fusion::Ranks => retrieval::Fusion::default(),
+            },
         },
         feedback: defaults.feedback.then(Feedback::default),
         feedback_in_fusion: false,
@@ -164,7 +168,10 @@ fn request<'a>(
         filter,
         needs: false,
         caution: true,
-        rerank: Default::default(),
+        rerank: catalog::Rerank {
+            vector_feedback: defaults.vector_feedback.then_some(catalog::VECTOR_FEEDBACK),
+            ..Default::default()
+        },
         sparse: None,
     }
 }

@@ -263,6 +263,10 @@ impl Everyday {
                 balance: defaults.balance,
                 min_similarity: defaults.min_similarity,
                 adaptive: defaults.adaptive.then(retrieval::Adaptive::default),
+                fusion: match defaults.fusion {
+                    config::Fusion::Scores => retrieval::Fusion::Scores,
+                    config::Fusion::Ranks => retrieval::Fusion::default(),
+                },
             },
             feedback: defaults.feedback.then(retrieval::Feedback::default),
             feedback_in_fusion: false,
@@ -271,7 +275,10 @@ impl Everyday {
             filter: &filter,
             needs: false,
             caution,
-            rerank: Default::default(),
+            rerank: catalog::Rerank {
+                vector_feedback: defaults.vector_feedback.then_some(catalog::VECTOR_FEEDBACK),
+                ..Default::default()
+            },
             sparse: None,
         };
         let outcome = self.catalog.search_with(&request);

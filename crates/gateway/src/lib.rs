@@ -405,6 +405,10 @@ impl Gateway {
                 balance: retrieval.balance,
                 min_similarity: retrieval.min_similarity,
                 adaptive: retrieval.adaptive.then(retrieval::Adaptive::default),
+                fusion: match retrieval.fusion {
+                    config::Fusion::Ranks => retrieval::Fusion::default(),
+                    config::Fusion::Scores => retrieval::Fusion::Scores,
+                },
             },
             feedback: retrieval.feedback.then(retrieval::Feedback::default),
             feedback_in_fusion: false,

@@ -213,6 +213,14 @@ pub enum Scoring {
         bm25_weight: f32,
         vector_weight: f32,
     },
+    /// `bm25_weight × (BM25 score − low) / (high − low) + vector_weight × (cosine − low) /
+    /// (high − low)`, each list's `[low, high]` given.
+    Normalised {
+        bm25_weight: f32,
+        vector_weight: f32,
+        bm25_span: Option<[f32; 2]>,
+        vector_span: Option<[f32; 2]>,
+    },
     /// Several queries: each tool's best reciprocal rank.
     Capabilities,
 }
@@ -228,6 +236,17 @@ impl From<catalog::Scoring> for Scoring {
             } => Scoring::Fused {
                 bm25_weight,
                 vector_weight,
+            },
+            catalog::Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span,
+                vector_span,
+            } => Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span: bm25_span.map(|(low, high)| [low, high]),
+                vector_span: vector_span.map(|(low, high)| [low, high]),
             },
             catalog::Scoring::Capabilities => Scoring::Capabilities,
         }
@@ -245,6 +264,17 @@ impl From<Scoring> for catalog::Scoring {
             } => catalog::Scoring::Fused {
                 bm25_weight,
                 vector_weight,
+            },
+            Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span,
+                vector_span,
+            } => catalog::Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span: bm25_span.map(|[low, high]| (low, high)),
+                vector_span: vector_span.map(|[low, high]| (low, high)),
             },
             Scoring::Capabilities => catalog::Scoring::Capabilities,
         }

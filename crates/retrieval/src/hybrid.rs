@@ -1,18 +1,26 @@
-//! Hybrid ranking: weighted reciprocal rank fusion (RRF) of full-depth ranked lists.
+//! Hybrid ranking: fusion of full-depth ranked lists, by ranks or by normalised scores.
 //!
-//! A document at rank `r` (1-based) in a list of weight `w` contributes `w / (RRF_K + r)`;
-//! contributions add up over lists. Ranks rather than scores are fused because BM25 scores
-//! and cosine similarities live on unrelated scales. The inputs must be full depth (every
-//! match, not a top k): cutting a list first would hide a document that ranks low in one
-//! list and high in the other, and so change the fused order (DESIGN.md section 2).
+//! By ranks (weighted reciprocal rank fusion, RRF, [`fuse_top`]): a document at rank `r`
+//! (1-based) in a list of weight `w` contributes `w / (RRF_K + r)`; contributions add up over
+//! lists. By scores ([`fuse_scores_top`]): each list's scores are scaled to 0..1 for this query
+//! (its best score 1, its floor or lowest score 0) and a document contributes `w` times its
+//! scaled score. BM25 scores and cosine similarities live on unrelated scales, which the
+//! per-query scaling removes while keeping what ranks throw away: how far ahead a list's first
+//! hit is, and whether its top ten are all alike. On the four evaluation sets scores win
+//! (docs/retrieval.md, round five), as Bruch et al. (2023, "An Analysis of Fusion Functions
+//! for Hybrid Retrieval") found for text retrieval. Either way the inputs must be full depth
+//! (every match, not a top k): cutting a list first would hide a document that ranks low in
+//! one list and high in the other, and would move the scaled scores' lowest point, and so
+//! change the fused order (DESIGN.md section 2).
 //!
 //! [`Hybrid`] is the policy on top: a balance between the lexical and the semantic list
 //! (Rocket.Chat's "search balance": 0 lexical only, 100 semantic only), optionally moved per
-//! query by its length ([`Adaptive`]), and a minimum similarity that drops weak vector hits
-//! but never a lexical one.
+//! query by its length ([`Adaptive`]), the [`Fusion`], and a minimum similarity that drops weak
+//! vector hits but never a lexical one.
 //!
-//! `k` is fixed at 60, the value of Cormack et al. (2009) that most systems use: one knob
-//! less to drift, and the balance already says how much each list counts.
+//! RRF's `k` is 60, the value of Cormack et al. (2009) that most systems use: one knob less to
+//! drift, and the balance already says how much each list counts ([`Fusion::Ranks`] takes
+//! another for measuring).
 
 use crate::bm25::Hit;
 use crate::document::DocId;
@@ -39,19 +47,92 @@ pub fn fuse_top<'k>(
     key: &dyn Fn(DocId) -> &'k str,
     limit: usize,
 ) -> Vec<Hit> {
-    let lists: Vec<(&[Hit], f64)> = lists
+    fuse_ranks(lists, RRF_K, key, limit)
+}
+
+/// How a hybrid search combines its ranked lists.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fusion {
+    /// Weighted reciprocal rank fusion with constant `k` ([`fuse_top`] at `k` = [`RRF_K`]).
+    Ranks { k: f32 },
+    /// A weighted sum of each list's scores, each list min-max normalised per query
+    /// ([`fuse_scores_top`]).
+    Scores,
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Ranks { k: RRF_K }
+    }
+}
+
+/// One ranked list for [`fuse_with`]: its hits (full depth), its weight, and the score a
+/// document absent from it would have, when there is one (BM25 and sparse lists: 0, since
+/// they leave out exactly the documents sharing no term with the query). A list without a
+/// floor (the vector list, which ranks every kept document) is normalised from its own lowest
+/// score.
+#[derive(Clone, Copy, Debug)]
+pub struct Ranked<'a> {
+    pub hits: &'a [Hit],
+    pub weight: f32,
+    pub floor: Option<f32>,
+}
+
+/// The first `limit` hits of fusing `lists` the way `fusion` says.
+pub fn fuse_with<'k>(
+    fusion: Fusion,
+    lists: &[Ranked<'_>],
+    key: &dyn Fn(DocId) -> &'k str,
+    limit: usize,
+) -> Vec<Hit> {
+    match fusion {
+        Fusion::Ranks { k } => {
+            let plain: Vec<(&[Hit], f32)> = lists.iter().map(|l| (l.hits, l.weight)).collect();
+            let k = if k.is_finite() && k >= 0.0 { k } else { RRF_K };
+            fuse_ranks(&plain, k, key, limit)
+        }
+        Fusion::Scores => fuse_scores_top(lists, key, limit),
+    }
+}
+
+/// Fuses lists by a weighted sum of normalised scores: in each list a score `s` becomes
+/// `(s - low) / (high - low)`, `high` the list's best score and `low` its floor (or its lowest
+/// score when it has none, or when that is lower), so each list's best document gets 1 and
+/// an absent one 0. A list whose scores are all equal gives each of its documents 1. Lists
+/// with a weight that is not finite and positive are ignored, as in [`fuse_top`]; a score that
+/// is not finite counts as `low`. Sorted by fused score descending, then `key`, then
+/// [`DocId`]; only the first `limit` are returned.
+pub fn fuse_scores_top<'k>(
+    lists: &[Ranked<'_>],
+    key: &dyn Fn(DocId) -> &'k str,
+    limit: usize,
+) -> Vec<Hit> {
+    let lists: Vec<(&Ranked<'_>, f64)> = lists
         .iter()
-        .filter(|(_, weight)| weight.is_finite() && *weight > 0.0)
-        .map(|&(list, weight)| (list, f64::from(weight)))
+        .filter(|list| list.weight.is_finite() && list.weight > 0.0)
+        .map(|list| (list, f64::from(list.weight)))
         .collect();
-    let total: usize = lists.iter().map(|(list, _)| list.len()).sum();
-    let mut slots = Slots::new(&lists, total);
-    // (doc, fused score, last list that contributed); sums in f64, in list order, so the
-    // result is deterministic and rounded once.
+    let plain: Vec<(&[Hit], f64)> = lists.iter().map(|(l, w)| (l.hits, *w)).collect();
+    let total: usize = plain.iter().map(|(list, _)| list.len()).sum();
+    let mut slots = Slots::new(&plain, total);
     let mut fused: Vec<(DocId, f64, usize)> = Vec::with_capacity(total);
     for (at_list, &(list, weight)) in lists.iter().enumerate() {
-        for (at, hit) in list.iter().enumerate() {
-            let contribution = weight / (f64::from(RRF_K) + (at + 1) as f64);
+        let Some((low, high)) = score_span(list.hits, list.floor) else {
+            // No usable score: every document of the list sits at its floor.
+            continue;
+        };
+        let low = f64::from(low);
+        let range = f64::from(high) - low;
+        for hit in list.hits {
+            let score = f64::from(hit.score);
+            let normalised = if !(range > 0.0) {
+                1.0
+            } else if score.is_finite() {
+                ((score - low) / range).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let contribution = weight * normalised;
             match slots.get(hit.doc) {
                 Some(i) => {
                     let entry = &mut fused[i];
@@ -67,6 +148,68 @@ pub fn fuse_top<'k>(
             }
         }
     }
+    select(fused, key, limit)
+}
+
+/// The `(low, high)` that [`fuse_scores_top`] normalises a list's scores between: its best
+/// finite score, and its floor or its lowest finite score, whichever is lower. `None` when the
+/// list has no finite score.
+pub fn score_span(hits: &[Hit], floor: Option<f32>) -> Option<(f32, f32)> {
+    let finite = || hits.iter().map(|hit| hit.score).filter(|s| s.is_finite());
+    let high = finite().reduce(f32::max)?;
+    let lowest = finite().reduce(f32::min).unwrap_or(high);
+    let low = match floor {
+        Some(floor) if floor.is_finite() => floor.min(lowest),
+        _ => lowest,
+    };
+    Some((low, high))
+}
+
+/// Weighted RRF at constant `k`: the body of [`fuse_top`].
+fn fuse_ranks<'k>(
+    lists: &[(&[Hit], f32)],
+    k: f32,
+    key: &dyn Fn(DocId) -> &'k str,
+    limit: usize,
+) -> Vec<Hit> {
+    let lists: Vec<(&[Hit], f64)> = lists
+        .iter()
+        .filter(|(_, weight)| weight.is_finite() && *weight > 0.0)
+        .map(|&(list, weight)| (list, f64::from(weight)))
+        .collect();
+    let total: usize = lists.iter().map(|(list, _)| list.len()).sum();
+    let mut slots = Slots::new(&lists, total);
+    // (doc, fused score, last list that contributed); sums in f64, in list order, so the
+    // result is deterministic and rounded once.
+    let mut fused: Vec<(DocId, f64, usize)> = Vec::with_capacity(total);
+    for (at_list, &(list, weight)) in lists.iter().enumerate() {
+        for (at, hit) in list.iter().enumerate() {
+            let contribution = weight / (f64::from(k) + (at + 1) as f64);
+            match slots.get(hit.doc) {
+                Some(i) => {
+                    let entry = &mut fused[i];
+                    if entry.2 != at_list {
+                        entry.1 += contribution;
+                        entry.2 = at_list;
+                    }
+                }
+                None => {
+                    slots.set(hit.doc, fused.len());
+                    fused.push((hit.doc, contribution, at_list));
+                }
+            }
+        }
+    }
+    select(fused, key, limit)
+}
+
+/// The first `limit` of the fused `(doc, score, _)` entries as hits, in the total order
+/// (score descending, key, doc).
+fn select<'k>(
+    fused: Vec<(DocId, f64, usize)>,
+    key: &dyn Fn(DocId) -> &'k str,
+    limit: usize,
+) -> Vec<Hit> {
     let mut hits: Vec<Hit> = fused
         .into_iter()
         .map(|(doc, score, _)| Hit {
@@ -154,6 +297,8 @@ pub struct Hybrid {
     /// Moves the semantic weight by the query's length; `None` keeps `balance / 100` for every
     /// query. Never applies at balance 0 or 100, which switch a list off.
     pub adaptive: Option<Adaptive>,
+    /// How the lists are combined: by ranks (RRF) or by normalised scores.
+    pub fusion: Fusion,
 }
 
 impl Default for Hybrid {
@@ -162,6 +307,7 @@ impl Default for Hybrid {
             balance: 50,
             min_similarity: None,
             adaptive: None,
+            fusion: Fusion::default(),
         }
     }
 }
@@ -289,7 +435,33 @@ impl Hybrid {
             return head(&vector);
         }
         let semantic = self.semantic_weight(terms);
-        fuse_top(&[(bm25, 1.0 - semantic), (&vector, semantic)], key, limit)
+        self.fuse_lists(
+            &[
+                Ranked {
+                    hits: bm25,
+                    weight: 1.0 - semantic,
+                    floor: Some(0.0),
+                },
+                Ranked {
+                    hits: &vector,
+                    weight: semantic,
+                    floor: None,
+                },
+            ],
+            key,
+            limit,
+        )
+    }
+
+    /// The first `limit` hits of fusing `lists` by this policy's [`Fusion`]; weights and
+    /// floors as given (no balance, no minimum similarity applied here).
+    pub fn fuse_lists<'k>(
+        &self,
+        lists: &[Ranked<'_>],
+        key: &dyn Fn(DocId) -> &'k str,
+        limit: usize,
+    ) -> Vec<Hit> {
+        fuse_with(self.fusion, lists, key, limit)
     }
 }
 
@@ -326,6 +498,9 @@ mod tests {
     const A: DocId = 0;
     const B: DocId = 1;
     const C: DocId = 2;
+    const D: DocId = 3;
+    const E: DocId = 4;
+    const F: DocId = 5;
 
     #[test]
     fn three_tool_example_matches_the_design_notes() {
@@ -412,6 +587,117 @@ mod tests {
         assert!((f64::from(fused[0].score) - 1.0 / 61.0).abs() < 1e-7);
     }
 
+    fn scored(hits: &[(DocId, f32)]) -> Vec<Hit> {
+        hits.iter()
+            .map(|&(doc, score)| Hit { doc, score })
+            .collect()
+    }
+
+    #[test]
+    fn score_fusion_normalises_each_list_between_its_floor_and_its_best() {
+        // BM25 from its floor 0: A 1, B 0.5. Vector from its lowest score: B 1, C 0.5, A 0.
+        let bm25 = scored(&[(A, 10.0), (B, 5.0)]);
+        let vector = scored(&[(B, 0.9), (C, 0.5), (A, 0.1)]);
+        let lists = [
+            Ranked {
+                hits: &bm25,
+                weight: 0.5,
+                floor: Some(0.0),
+            },
+            Ranked {
+                hits: &vector,
+                weight: 0.5,
+                floor: None,
+            },
+        ];
+        let fused = fuse_scores_top(&lists, &key, usize::MAX);
+        let shown: Vec<String> = fused
+            .iter()
+            .map(|hit| format!("{}:{:.3}", key(hit.doc), hit.score))
+            .collect();
+        assert_eq!(shown, ["B:0.750", "A:0.500", "C:0.250"]);
+        // The same through the hybrid policy at balance 50.
+        let hybrid = Hybrid {
+            fusion: Fusion::Scores,
+            ..Hybrid::default()
+        };
+        assert_eq!(hybrid.fuse(&bm25, &vector, 3, &key), fused);
+        // Ranks agree on the order here; they differ once score gaps differ from rank gaps.
+        assert_eq!(names(&fuse(&[(&bm25, 0.5), (&vector, 0.5)], &key)), "B A C");
+    }
+
+    #[test]
+    fn score_fusion_survives_flat_lists_odd_scores_and_off_weights() {
+        let flat = scored(&[(A, 2.0), (B, 2.0)]);
+        let odd = scored(&[(C, f32::NAN), (B, f32::INFINITY), (A, 1.0), (D, 0.5)]);
+        let lists = [
+            Ranked {
+                hits: &flat,
+                weight: 1.0,
+                floor: None,
+            },
+            Ranked {
+                hits: &odd,
+                weight: 1.0,
+                floor: None,
+            },
+            Ranked {
+                hits: &list(&[E]),
+                weight: 0.0,
+                floor: None,
+            },
+            Ranked {
+                hits: &list(&[F]),
+                weight: f32::NAN,
+                floor: None,
+            },
+        ];
+        let shown: Vec<String> = fuse_scores_top(&lists, &key, usize::MAX)
+            .iter()
+            .map(|hit| format!("{}:{:.3}", key(hit.doc), hit.score))
+            .collect();
+        // A flat list gives each of its documents 1; a score that is not finite counts as the
+        // list's lowest; lists that are off add nothing, not even their documents.
+        assert_eq!(shown, ["A:2.000", "B:1.000", "C:0.000", "D:0.000"]);
+        assert_eq!(fuse_scores_top(&[], &key, 3), []);
+        let empty: [Hit; 0] = [];
+        let lists = [Ranked {
+            hits: &empty,
+            weight: 1.0,
+            floor: Some(0.0),
+        }];
+        assert_eq!(fuse_scores_top(&lists, &key, 3), []);
+    }
+
+    #[test]
+    fn rank_fusion_takes_its_constant() {
+        let one = list(&[A, B]);
+        let fused = fuse_with(
+            Fusion::Ranks { k: 0.0 },
+            &[Ranked {
+                hits: &one,
+                weight: 1.0,
+                floor: None,
+            }],
+            &key,
+            usize::MAX,
+        );
+        assert_eq!(fused[0].score, 1.0);
+        assert_eq!(fused[1].score, 0.5);
+        // A constant that is not finite or is negative falls back to RRF_K.
+        let fallback = fuse_with(
+            Fusion::Ranks { k: f32::NAN },
+            &[Ranked {
+                hits: &one,
+                weight: 1.0,
+                floor: None,
+            }],
+            &key,
+            usize::MAX,
+        );
+        assert_eq!(fallback, fuse(&[(&one, 1.0)], &key));
+    }
+
     #[test]
     fn one_empty_side_serves_the_other_unchanged() {
         let bm25 = list(&[A, B]);
@@ -434,6 +720,7 @@ mod tests {
             balance: 50,
             min_similarity: Some(0.5),
             adaptive: None,
+            fusion: Fusion::default(),
         };
         assert_eq!(names(&hybrid.fuse(&bm25, &vector, 3, &key)), "A C");
         let all_weak = Hybrid {
@@ -581,7 +868,13 @@ mod tests {
         ) {
             let (a, b) = (list(&a), list(&b));
             let adaptive = adaptive.then(Adaptive::default);
-            let hybrid = Hybrid { balance, min_similarity: min, adaptive };
+            for fusion in [Fusion::default(), Fusion::Scores] {
+                let hybrid = Hybrid { balance, min_similarity: min, adaptive, fusion };
+                let full = hybrid.fuse(&a, &b, terms, &key);
+                let head = &full[..limit.min(full.len())];
+                prop_assert_eq!(hybrid.fuse_top(&a, &b, terms, &key, limit), head.to_vec());
+            }
+            let hybrid = Hybrid { balance, min_similarity: min, adaptive, fusion: Fusion::default() };
             let full = hybrid.fuse(&a, &b, terms, &key);
             let head = &full[..limit.min(full.len())];
             prop_assert_eq!(hybrid.fuse_top(&a, &b, terms, &key, limit), head.to_vec());
@@ -597,8 +890,10 @@ mod tests {
             let mut b = b;
             b.retain(|&doc| doc != top);
             b.insert(0, top);
-            let fused = Hybrid { balance, min_similarity: None, adaptive: None }.fuse(&list(&a), &list(&b), 3, &key);
-            prop_assert_eq!(fused[0].doc, top);
+            for fusion in [Fusion::default(), Fusion::Scores] {
+                let fused = Hybrid { balance, min_similarity: None, adaptive: None, fusion }.fuse(&list(&a), &list(&b), 3, &key);
+                prop_assert_eq!(fused[0].doc, top);
+            }
         }
 
         #[test]
@@ -655,11 +950,11 @@ mod tests {
             let bm25 = list(&bm25);
             // Adaptive fusion never overrides a list switched off.
             let adaptive = Some(Adaptive::default());
-            let lexical = Hybrid { balance: 0, min_similarity: None, adaptive };
-            let semantic = Hybrid { balance: 100, min_similarity: None, adaptive };
+            let lexical = Hybrid { balance: 0, min_similarity: None, adaptive, fusion: Fusion::default() };
+            let semantic = Hybrid { balance: 100, min_similarity: None, adaptive, fusion: Fusion::default() };
             prop_assert_eq!(lexical.fuse(&bm25, &vector, 3, &key), bm25.clone());
             prop_assert_eq!(semantic.fuse(&bm25, &vector, 3, &key), vector.clone());
-            prop_assert_eq!(Hybrid { balance: 250, min_similarity: None, adaptive: None }.fuse(&bm25, &vector, 3, &key), vector);
+            prop_assert_eq!(Hybrid { balance: 250, min_similarity: None, adaptive: None, fusion: Fusion::default() }.fuse(&bm25, &vector, 3, &key), vector);
         }
 
         #[test]
@@ -667,7 +962,7 @@ mod tests {
             bm25 in ranked(), vector in similarities(), balance in 0u8..=100, min in -100i8..=100,
         ) {
             let bm25 = list(&bm25);
-            let hybrid = Hybrid { balance, min_similarity: Some(f32::from(min) / 100.0), adaptive: None };
+            let hybrid = Hybrid { balance, min_similarity: Some(f32::from(min) / 100.0), adaptive: None, fusion: Fusion::default() };
             let fused = hybrid.fuse(&bm25, &vector, 3, &key);
             if balance < 100 {
                 for hit in &bm25 {
@@ -692,7 +987,7 @@ mod tests {
             };
             let mut vector: Vec<DocId> = vec![missed];
             vector.extend(bm25.iter().copied());
-            let fused = Hybrid { balance, min_similarity: None, adaptive: None }.fuse(&list(&bm25), &list(&vector), 3, &key);
+            let fused = Hybrid { balance, min_similarity: None, adaptive: None, fusion: Fusion::default() }.fuse(&list(&bm25), &list(&vector), 3, &key);
             prop_assert!(position(&fused, missed).is_some());
         }
     }

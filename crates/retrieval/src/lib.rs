@@ -1,12 +1,14 @@
 //! `retrieval` ranks plain documents against queries: lexical (BM25F), semantic (cosine over
-//! vectors the caller computed) and hybrid (weighted reciprocal rank fusion of the two).
+//! vectors the caller computed) and hybrid (fusion of the two, by normalised scores or by
+//! weighted reciprocal ranks).
 //!
 //! Entry points: [`Bm25Index::build`] indexes a slice of [`Document`]s once (rebuild when
 //! the documents change); [`Bm25Index::rank`] returns every matching document, full depth,
 //! for one query. [`tokenize`] and [`Analyzer`] define the terms both sides share.
 //! [`VectorIndex::build`] and [`VectorIndex::rank`] do the same for embeddings (every kept
 //! document is ranked), and [`SparseIndex`] for learned sparse vectors (SPLADE; documents
-//! that share a term with the query). [`fuse`] combines full-depth rankings by weighted RRF, and
+//! that share a term with the query). [`fuse`] combines full-depth rankings by weighted RRF,
+//! [`fuse_scores_top`] by a weighted sum of per-query min-max normalised scores, and
 //! [`Hybrid`] is the lexical/semantic policy on top (balance, query-dependent [`Adaptive`]
 //! weights, minimum similarity). [`Bm25Index::rank_with`] adds pseudo-relevance
 //! [`Feedback`] (RM3). [`group_prior`] and [`cap_per_group`] reorder a ranking by the
@@ -40,7 +42,10 @@ pub use analyzer::{Analyzer, Language, tokenize};
 pub use bm25::{Bm25Index, Bm25Params, FEEDBACK_DOC_TERMS, Feedback, FieldWeights, Hit};
 pub use document::{DocId, Document, Field};
 pub use groups::{GroupPrior, GroupScore, apply_prior, cap_per_group, group_prior, group_ranks};
-pub use hybrid::{ADAPTIVE_RANGE, Adaptive, Hybrid, RRF_K, fuse, fuse_top};
+pub use hybrid::{
+    ADAPTIVE_RANGE, Adaptive, Fusion, Hybrid, RRF_K, Ranked, fuse, fuse_scores_top, fuse_top,
+    fuse_with, score_span,
+};
 pub use needs::{MAX_NEEDS, split_needs};
 pub use sparse::SparseIndex;
 pub use vector::{VectorError, VectorIndex};

@@ -226,7 +226,7 @@ fn serve_answers_with_bm25_while_tool_embeddings_run() {
 #[test]
 fn search_explain_shows_the_ranks_behind_a_fused_score() {
     let config = write_config(&format!(
-        "[retrieval]\nstrategy = \"hybrid\"\nbalance = 45\n\n{}",
+        "[retrieval]\nstrategy = \"hybrid\"\nbalance = 45\nfusion = \"ranks\"\n\n{}",
         everything_stdio_server("everything")
     ));
     let run = |args: &[&str]| {
@@ -311,6 +311,65 @@ fn search_explain_shows_the_ranks_behind_a_fused_score() {
             "search --help lacks {needle}: {help}"
         );
     }
+}
+
+#[test]
+fn search_explain_shows_the_scaled_scores_behind_a_default_fused_score() {
+    // The default configuration: hybrid, score fusion.
+    let config = write_config(&everything_stdio_server("everything"));
+    let run = |args: &[&str]| {
+        let output = mcpgw_in(&config.path, args);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+    };
+    let hits: Vec<Value> = serde_json::from_str(&run(&[
+        "search",
+        "add two numbers",
+        "--explain",
+        "--json",
+        "--top-k",
+        "8",
+    ]))
+    .expect("json");
+    assert_eq!(hits[0]["name"], "everything__get-sum", "{hits:?}");
+    let mut both = 0;
+    for hit in &hits {
+        let score = hit["score"].as_f64().expect("score");
+        // Each place: its weight and its score scaled to 0..1 over its list; the fused score
+        // is the sum of weight × scaled over the places the tool has.
+        let mut expected = 0.0;
+        let mut weights = 0.0;
+        for list in ["bm25", "vector"] {
+            let place = &hit[list];
+            if place.is_null() {
+                continue;
+            }
+            let weight = place["weight"].as_f64().expect("weight");
+            let scaled = place["normalised"].as_f64().expect("normalised");
+            assert!((0.0..=1.0).contains(&scaled), "{hit}");
+            expected += weight * scaled;
+            weights += weight;
+        }
+        assert!(weights > 0.0, "a fused hit is in at least one list: {hit}");
+        assert!((score - expected).abs() < 1e-4, "{hit}");
+        if !hit["bm25"].is_null() && !hit["vector"].is_null() {
+            both += 1;
+        }
+    }
+    assert!(both > 0, "{hits:?}");
+    // The first hit is the best of at least one list, so it scales to 1 there.
+    let first = &hits[0];
+    assert!(
+        ["bm25", "vector"]
+            .iter()
+            .any(|list| first[list]["normalised"].as_f64() == Some(1.0)),
+        "{first}"
+    );
+    let table = run(&["search", "add two numbers", "--explain"]);
+    assert!(
+        table.contains("× BM25 score +") && table.contains("× cosine similarity"),
+        "{table}"
+    );
 }
 
 #[test]
