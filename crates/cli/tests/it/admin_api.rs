@@ -218,21 +218,34 @@ fn search_shows_each_strategy_with_the_ranks_behind_each_hit(port: u16, token: &
     assert_eq!(vector["scoring"]["kind"], "vector");
     assert_eq!(vector["hits"][0]["vector"]["rank"], 1, "{vector}");
     let hybrid = search("hybrid");
-    assert_eq!(hybrid["scoring"]["kind"], "fused", "{hybrid}");
+    // The default fusion: each list's scores scaled to 0..1 over its `[low, high]` span.
+    assert_eq!(hybrid["scoring"]["kind"], "normalised", "{hybrid}");
     let weight = |list: &str| {
         hybrid["scoring"][format!("{list}_weight")]
             .as_f64()
             .expect("weight")
     };
+    let span = |list: &str| {
+        let span = &hybrid["scoring"][format!("{list}_span")];
+        (
+            span[0].as_f64().expect("low"),
+            span[1].as_f64().expect("high"),
+        )
+    };
+    assert_eq!(span("bm25").0, 0.0, "BM25 scales from 0: {hybrid}");
     let hits = hybrid["hits"].as_array().expect("hits");
     assert_eq!(hits.len(), 5);
     assert_eq!(hits[0]["name"], "everything__get-sum", "{hybrid}");
     for hit in hits {
-        let rank = |list: &str| hit[list]["rank"].as_f64();
-        let expected = rank("bm25").map_or(0.0, |r| weight("bm25") / (60.0 + r))
-            + rank("vector").map_or(0.0, |r| weight("vector") / (60.0 + r));
+        let part = |list: &str| {
+            hit[list]["score"].as_f64().map_or(0.0, |score| {
+                let (low, high) = span(list);
+                weight(list) * (score - low) / (high - low)
+            })
+        };
+        let expected = part("bm25") + part("vector");
         let score = hit["score"].as_f64().expect("score");
-        assert!((score - expected).abs() < 1e-5, "{hit}");
+        assert!((score - expected).abs() < 1e-4, "{hit}");
     }
     // The playground's one request: the same three lists side by side, as asked one by one.
     let (status, compared) = get(
