@@ -27,6 +27,20 @@ pub struct EmbeddingText {
 impl EmbeddingText {
     /// The embedding text of `tool`, whose server has `server_description`.
     pub fn text(&self, tool: &ToolEntry, server_description: Option<&str>) -> String {
+        match self.parts(tool, server_description) {
+            (head, Some(parameters)) => format!("{head}\n{parameters}"),
+            (head, None) => head,
+        }
+    }
+
+    /// [`EmbeddingText::text`] in its two fields: the head (name, title, server line,
+    /// description) and the parameters line, when the tool has parameters. For embedding the
+    /// fields apart (`mcpgw eval --field-vectors`).
+    pub fn parts(
+        &self,
+        tool: &ToolEntry,
+        server_description: Option<&str>,
+    ) -> (String, Option<String>) {
         let mut lines = Vec::new();
         let name = words(&tool.upstream_name);
         match tool.title.as_deref().map(str::trim) {
@@ -59,11 +73,77 @@ impl EmbeddingText {
                 parameters.push(parameter(name, schema));
             }
         }
-        if !parameters.is_empty() {
-            lines.push(format!("Parameters: {}.", parameters.join("; ")));
-        }
-        lines.join("\n")
+        let parameters =
+            (!parameters.is_empty()).then(|| format!("Parameters: {}.", parameters.join("; ")));
+        (lines.join("\n"), parameters)
     }
+}
+
+/// The weight of a tool's head (name, title, server line, description) against its parameters
+/// line when the two are embedded apart ([`FieldTexts::combine`]): equal, the weight
+/// cross-validation chose on both evaluation sets whose tools have parameters
+/// (docs/retrieval.md, round five).
+pub const FIELD_WEIGHT: f32 = 0.5;
+
+/// A catalog's embedding texts with each tool's fields apart ([`EmbeddingText::parts`]): the
+/// heads in catalog order, then the parameter lines of the tools that have one, in catalog
+/// order. Embed `texts`, then [`FieldTexts::combine`] the vectors into one per tool.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FieldTexts {
+    pub texts: Vec<String>,
+    has_parameters: Vec<bool>,
+}
+
+impl FieldTexts {
+    /// From each tool's `(head, parameters)`.
+    pub fn new(parts: Vec<(String, Option<String>)>) -> FieldTexts {
+        let has_parameters = parts.iter().map(|(_, p)| p.is_some()).collect();
+        let mut texts: Vec<String> = parts.iter().map(|(head, _)| head.clone()).collect();
+        texts.extend(parts.into_iter().filter_map(|(_, parameters)| parameters));
+        FieldTexts {
+            texts,
+            has_parameters,
+        }
+    }
+
+    /// One vector per tool from the vectors of [`FieldTexts::texts`], in the same order:
+    /// `weight × head + (1 − weight) × parameters`, both scaled to unit length first and the
+    /// sum after, so its cosine with a query is close to the weighted sum of the two fields'
+    /// cosines (exact up to the sum's length, which is the same for every query). A tool without
+    /// parameters keeps its head's vector. Vectors missing at the end leave their tools with
+    /// their heads' vectors; the result has one vector per tool that has a head vector.
+    pub fn combine(&self, vectors: Vec<Vec<f32>>, weight: f32) -> Vec<Vec<f32>> {
+        let tools = self.has_parameters.len().min(vectors.len());
+        let mut vectors = vectors.into_iter();
+        let heads: Vec<Vec<f32>> = vectors.by_ref().take(tools).collect();
+        heads
+            .into_iter()
+            .zip(&self.has_parameters)
+            .map(|(head, &has)| match has.then(|| vectors.next()).flatten() {
+                Some(parameters) if parameters.len() == head.len() => {
+                    let (head, parameters) = (unit(head), unit(parameters));
+                    let sum = head
+                        .iter()
+                        .zip(&parameters)
+                        .map(|(h, p)| weight * h + (1.0 - weight) * p)
+                        .collect();
+                    unit(sum)
+                }
+                _ => head,
+            })
+            .collect()
+    }
+}
+
+/// `v` scaled to unit length; a zero or non-finite length leaves it as it is.
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        for x in &mut v {
+            *x /= norm;
+        }
+    }
+    v
 }
 
 fn parameter(name: &str, schema: &Value) -> String {
@@ -111,6 +191,46 @@ mod tests {
     use expect_test::{Expect, expect};
 
     use super::*;
+
+    #[test]
+    fn field_vectors_combine_head_and_parameters() {
+        let fields = FieldTexts::new(vec![
+            ("a head".into(), Some("Parameters: x.".into())),
+            ("b head".into(), None),
+            ("c head".into(), Some("Parameters: y.".into())),
+        ]);
+        assert_eq!(
+            fields.texts,
+            [
+                "a head",
+                "b head",
+                "c head",
+                "Parameters: x.",
+                "Parameters: y."
+            ]
+        );
+        let vectors = vec![
+            vec![2.0, 0.0],
+            vec![0.0, 3.0],
+            vec![1.0, 0.0],
+            vec![0.0, 5.0],
+            vec![1.0, 0.0],
+        ];
+        let combined = fields.combine(vectors.clone(), 0.5);
+        let half = std::f32::consts::FRAC_1_SQRT_2;
+        assert_eq!(combined.len(), 3);
+        assert!((combined[0][0] - half).abs() < 1e-6 && (combined[0][1] - half).abs() < 1e-6);
+        assert_eq!(combined[1], [0.0, 3.0], "no parameters: the head as it is");
+        assert_eq!(combined[2], [1.0, 0.0]);
+        // All head: each tool's unit head.
+        assert_eq!(fields.combine(vectors.clone(), 1.0)[0], [1.0, 0.0]);
+        // Too few vectors: the heads there are, unchanged where the parameters are missing.
+        assert_eq!(
+            fields.combine(vectors[..3].to_vec(), 0.5),
+            vectors[..3].to_vec()
+        );
+        assert_eq!(fields.combine(Vec::new(), 0.5), Vec::<Vec<f32>>::new());
+    }
 
     #[test]
     fn identifiers_split_into_words() {

@@ -55,7 +55,7 @@ use retrieval::{
 };
 
 pub use arguments::{ArgumentError, ArgumentErrors, ArgumentValidator, Validation};
-pub use embedding::EmbeddingText;
+pub use embedding::{EmbeddingText, FIELD_WEIGHT, FieldTexts};
 pub use entry::{Error, Problem, ToolEntry};
 pub use search::{
     Explanation, Filter, Rerank, SPLADE_WEIGHT, Scoring, SearchHit, SearchOutcome, SearchRequest,
@@ -358,6 +358,31 @@ impl Catalog {
             server_description: self.lexical.servers.len() > 1,
             ..EmbeddingText::default()
         })
+    }
+
+    /// The embedding texts with each tool's fields apart ([`FieldTexts`]), the server line as
+    /// [`Catalog::embedding_texts`] chooses it when `options` is `None`.
+    pub fn embedding_fields(&self, options: Option<&EmbeddingText>) -> FieldTexts {
+        FieldTexts::new(self.embedding_parts(options))
+    }
+
+    /// Each tool's embedding text in its two fields ([`EmbeddingText::parts`]), in catalog
+    /// order, with the server line as [`Catalog::embedding_texts`] chooses it when `options` is
+    /// `None`.
+    pub fn embedding_parts(
+        &self,
+        options: Option<&EmbeddingText>,
+    ) -> Vec<(String, Option<String>)> {
+        let auto = EmbeddingText {
+            server_description: self.lexical.servers.len() > 1,
+            ..EmbeddingText::default()
+        };
+        let options = options.unwrap_or(&auto);
+        self.lexical
+            .tools
+            .iter()
+            .map(|tool| options.parts(tool, self.server_description(&tool.server)))
+            .collect()
     }
 
     /// [`Catalog::embedding_texts`] with explicit options.

@@ -102,6 +102,11 @@ pub(crate) struct Args {
     /// length (`on` or `off`; off keeps the balance for every query).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
     adaptive: bool,
+    /// Field-aware tool vectors: embed each tool's head (name, description) and its parameters
+    /// apart, and use W × head + (1 − W) × parameters as its vector (measured, not what the
+    /// gateway does).
+    #[arg(long, value_name = "W")]
+    field_vectors: Option<f32>,
     /// How hybrid combines its lists: `scores` (a weighted sum of min-max normalised scores,
     /// as the gateway does) or `ranks` (weighted reciprocal rank fusion; its balance was 45).
     #[arg(long, default_value = "scores", value_name = "scores|ranks")]
@@ -287,6 +292,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             dedup: args.dedup,
         },
         splade: splade(&args).await?,
+        field_vectors: args.field_vectors,
         ..::eval::Options::default()
     };
 

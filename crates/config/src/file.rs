@@ -72,6 +72,7 @@ pub(crate) struct RetrievalFile {
     pub feedback: Option<bool>,
     pub vector_feedback: Option<bool>,
     pub fusion: Option<crate::Fusion>,
+    pub field_vectors: Option<bool>,
     pub splade: Option<bool>,
     pub embedder: Option<EmbedderFile>,
 }

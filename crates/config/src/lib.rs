@@ -244,6 +244,9 @@ pub struct RetrievalConfig {
     pub vector_feedback: bool,
     /// How hybrid search combines the BM25 and the vector list.
     pub fusion: Fusion,
+    /// Embed each tool's head (name, description) and its parameters apart and combine the two
+    /// vectors (`catalog::FieldTexts`), instead of one text per tool.
+    pub field_vectors: bool,
     /// The learned sparse list (splade-tiny, `embed::local::splade`) as a third input of
     /// hybrid fusion, at `catalog::SPLADE_WEIGHT`. Needs the model files
     /// (`scripts/fetch-models.sh splade`); without them search keeps its two lists.
@@ -268,6 +271,10 @@ impl Default for RetrievalConfig {
             // Round five (docs/retrieval.md): scores beat ranks at every balance on all three
             // sets fusion can move, cross-validated (+2.0 / +0.9 / +3.0 held out).
             fusion: Fusion::Scores,
+            // Round five: +0.8 on toollens and +2.2 on ultratool-en, the two sets whose tools
+            // have parameters; nothing to change on the other two (no parameters; BM25 alone),
+            // so it wins on two sets of four and stays off.
+            field_vectors: false,
             // Round four (docs/retrieval.md): gains on toollens and ultratool-en, a loss on
             // metatool at every weight above 0.1, nothing on ultratool-zh (its vocabulary is
             // English): it wins on two sets of four, so it stays off.

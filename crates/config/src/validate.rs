@@ -275,6 +275,7 @@ impl Validator {
             feedback: file.feedback.unwrap_or(default.feedback),
             vector_feedback: file.vector_feedback.unwrap_or(default.vector_feedback),
             fusion: file.fusion.unwrap_or(default.fusion),
+            field_vectors: file.field_vectors.unwrap_or(default.field_vectors),
             splade: file.splade.unwrap_or(default.splade),
             embedder,
         }
@@ -1660,6 +1661,11 @@ strategy = "bm25"
                 .map_err(|err| err.to_string())
         };
         assert_eq!(splade(""), Ok(false));
+        let fields = |text: &str| {
+            parse_toml(text, Path::new("mcpgw.toml")).map(|config| config.retrieval.field_vectors)
+        };
+        assert!(!fields("").expect("default"));
+        assert!(fields("[retrieval]\nfield_vectors = true\n").expect("on"));
         assert_eq!(splade("[retrieval]\nsplade = true\n"), Ok(true));
         assert!(splade("[retrieval]\nsplade = 1\n").is_err());
     }

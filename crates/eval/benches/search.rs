@@ -128,6 +128,33 @@ fn search_hybrid_embedded<const SIZE: usize>(bencher: Bencher, model: LocalModel
     });
 }
 
+/// The same with rank fusion (RRF at its balance, 45): what score fusion costs against it.
+#[divan::bench(consts = SIZES, args = installed())]
+fn search_hybrid_embedded_by_ranks<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
+    let (embedder, catalog) = with_vectors(model, SIZE);
+    let embedded: Vec<(String, Vec<f32>)> = QUERIES
+        .iter()
+        .map(|query| (query.to_string(), embed_query(&*embedder, query)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let filter = Filter::default();
+    bencher.bench(|| {
+        let (query, vector) = &embedded[next.fetch_add(1, Ordering::Relaxed) % embedded.len()];
+        let queries = std::slice::from_ref(query);
+        let vectors = std::slice::from_ref(vector);
+        let base = request(queries, Some(vectors), Strategy::Hybrid, &filter);
+        let outcome = catalog.search_with(&SearchRequest {
+            hybrid: Hybrid {
+                balance: 45,
+                fusion: retrieval::Fusion::default(),
+                ..base.hybrid.clone()
+            },
+            ..base
+        });
+        outcome.hits.len()
+    });
+}
+
 fn search(
     catalog: &Catalog,
     queries: &[String],

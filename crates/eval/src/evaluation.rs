@@ -57,6 +57,12 @@ pub struct Options {
     /// The learned sparse list (SPLADE) as a further fusion input ([`SearchRequest::sparse`]);
     /// `None` as in the gateway.
     pub splade: Option<SpladeRun>,
+    /// Field-aware tool vectors: the head (name, description) and the parameters line are
+    /// embedded apart and each tool's vector is `w × head + (1 − w) × parameters` (unit
+    /// vectors, the sum scaled to unit length; the head alone for a tool without parameters),
+    /// `w` this value. One vector per tool still, so the search costs what it did. `None`: one
+    /// text per tool, as in the gateway.
+    pub field_vectors: Option<f32>,
 }
 
 /// The sparse encoder and how its list joins the ranking ([`SparseQuery`]).
@@ -88,6 +94,7 @@ impl Default for Options {
             feedback_in_fusion: false,
             rerank: Rerank::default(),
             splade: None,
+            field_vectors: None,
         }
     }
 }
@@ -412,11 +419,15 @@ async fn embed_set(
     warnings: &mut Vec<String>,
 ) -> Result<(Catalog, Vec<QueryVectors>, EmbeddingReport), Error> {
     let Semantic { embedder, cache } = semantic;
-    let texts = match &options.embedding_text {
-        Some(text) => catalog.embedding_texts_with(text),
-        None => catalog.embedding_texts(),
+    let fields = options
+        .field_vectors
+        .map(|_| catalog.embedding_fields(options.embedding_text.as_ref()));
+    let texts = match (&fields, &options.embedding_text) {
+        (Some(fields), _) => fields.texts.clone(),
+        (None, Some(text)) => catalog.embedding_texts_with(text),
+        (None, None) => catalog.embedding_texts(),
     };
-    let tools = embed_cached(
+    let mut tools = embed_cached(
         embedder,
         cache,
         &texts,
@@ -426,6 +437,9 @@ async fn embed_set(
         warnings,
     )
     .await?;
+    if let (Some(fields), Some(weight)) = (&fields, options.field_vectors) {
+        tools.vectors = fields.combine(tools.vectors, weight);
+    }
 
     let started = Instant::now();
     let with_vectors = catalog

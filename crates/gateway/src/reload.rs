@@ -269,6 +269,8 @@ pub const RESTART_ONLY: &[&str] = &[
     "store",
     "network",
     "retrieval.embedder",
+    "retrieval.splade",
+    "retrieval.field_vectors",
     "limits.request_bytes",
     "limits.response_bytes",
     "limits.max_connections",
@@ -307,6 +309,8 @@ fn keep_restart_only(
         "store" => store;
         "network" => network;
         "retrieval.embedder" => retrieval.embedder;
+        "retrieval.splade" => retrieval.splade;
+        "retrieval.field_vectors" => retrieval.field_vectors;
         "limits.request_bytes" => policy.limits.request_bytes;
         "limits.response_bytes" => policy.limits.response_bytes;
         "limits.max_connections" => policy.limits.max_connections;
@@ -397,6 +401,9 @@ jwks_url = "https://idp.example/jwks"
 path = "/tmp/x.db"
 [network]
 allow = ["10.0.0.0/8"]
+[retrieval]
+splade = true
+field_vectors = true
 [retrieval.embedder]
 type = "none"
 [limits]

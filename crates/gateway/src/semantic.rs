@@ -27,6 +27,8 @@ pub struct Semantic {
     store: Option<Store>,
     /// The learned sparse list's encoder (`[retrieval] splade`), when asked for and found.
     splade: Option<Splade>,
+    /// Embed each tool's head and parameters apart (`[retrieval] field_vectors`).
+    field_vectors: bool,
 }
 
 impl Semantic {
@@ -66,6 +68,7 @@ impl Semantic {
                     embedder,
                     store,
                     splade,
+                    field_vectors: config.field_vectors,
                 })
             }
             Err(reason) => {
@@ -86,13 +89,30 @@ impl Semantic {
 
     /// One vector per catalog tool, from the cache where possible; only new or changed tool
     /// texts are embedded, and they are cached for the next start. `metrics` counts the cache's
-    /// hits and misses and holds the texts being embedded as the embedding queue.
+    /// hits and misses and holds the texts being embedded as the embedding queue. With
+    /// `field_vectors` each tool's head and parameters are embedded (and cached) apart and
+    /// combined ([`catalog::FieldTexts::combine`]).
     pub async fn tool_vectors(
         &self,
         catalog: &Catalog,
         metrics: &Metrics,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let texts = catalog.embedding_texts();
+        match self.field_vectors {
+            true => {
+                let fields = catalog.embedding_fields(None);
+                let vectors = self.text_vectors(&fields.texts, metrics).await?;
+                Ok(fields.combine(vectors, catalog::FIELD_WEIGHT))
+            }
+            false => self.text_vectors(&catalog.embedding_texts(), metrics).await,
+        }
+    }
+
+    /// One vector per text, from the cache where possible (see [`Semantic::tool_vectors`]).
+    async fn text_vectors(
+        &self,
+        texts: &[String],
+        metrics: &Metrics,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         let hashes: Vec<TextHash> = texts.iter().map(|t| text_hash(t)).collect();
         let model = self.embedder.id().to_owned();
         let mut cached = match &self.store {

@@ -373,6 +373,50 @@ fn search_explain_shows_the_scaled_scores_behind_a_default_fused_score() {
 }
 
 #[test]
+fn field_vectors_embed_each_tool_s_head_and_parameters_apart() {
+    // The cosine of each hit with and without `field_vectors`: the tools' vectors differ, the
+    // best tool stays first, and a second run (its texts cached in the store) agrees with the
+    // first.
+    let cosines = |fields: bool| {
+        let config = write_config(&format!(
+            "[retrieval]\nfield_vectors = {fields}\n\n{}",
+            time_stdio_server("time")
+        ));
+        let run = || {
+            let output = mcpgw_in(
+                &config.path,
+                &["search", "what time is it in Paris", "--explain", "--json"],
+            );
+            assert!(output.status.success(), "{}", text(&output.stderr));
+            let hits: Vec<Value> = serde_json::from_str(&text(&output.stdout)).expect("json");
+            assert_eq!(hits[0]["name"], "time__get_current_time", "{hits:?}");
+            hits.iter()
+                .map(|hit| {
+                    let cosine = hit["vector"]["score"].as_f64().expect("a vector place");
+                    (hit["name"].as_str().unwrap_or_default().to_owned(), cosine)
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let first = run();
+        let again = run();
+        for (name, cosine) in &first {
+            assert!((cosine - again[name]).abs() < 1e-5, "{first:?} {again:?}");
+        }
+        first
+    };
+    let joint = cosines(false);
+    let apart = cosines(true);
+    assert_eq!(joint.len(), 2, "{joint:?}");
+    for (name, cosine) in &joint {
+        assert!(
+            (cosine - apart[name]).abs() > 1e-3,
+            "{name}: {cosine} joint, {} apart",
+            apart[name]
+        );
+    }
+}
+
+#[test]
 fn results_carry_signatures_and_a_call_without_its_arguments_is_still_refused() {
     let config = write_config(&format!(
         "[retrieval]\nstrategy = \"bm25\"\n\n{}",
