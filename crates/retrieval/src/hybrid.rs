@@ -125,7 +125,7 @@ pub fn fuse_scores_top<'k>(
         let range = f64::from(high) - low;
         for hit in list.hits {
             let score = f64::from(hit.score);
-            let normalised = if !(range > 0.0) {
+            let normalised = if range <= 0.0 {
                 1.0
             } else if score.is_finite() {
                 ((score - low) / range).clamp(0.0, 1.0)
