@@ -111,27 +111,18 @@ fn search_hybrid_with_embedding<const SIZE: usize>(bencher: Bencher, model: Loca
 /// The ranking part alone, query already embedded: what fusion and the vector scan cost.
 #[divan::bench(consts = SIZES, args = installed())]
 fn search_hybrid_embedded<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
-    let (embedder, catalog) = with_vectors(model, SIZE);
-    let embedded: Vec<(String, Vec<f32>)> = QUERIES
-        .iter()
-        .map(|query| (query.to_string(), embed_query(&*embedder, query)))
-        .collect();
-    let next = AtomicUsize::new(0);
-    bencher.bench(|| {
-        let (query, vector) = &embedded[next.fetch_add(1, Ordering::Relaxed) % embedded.len()];
-        search(
-            catalog,
-            std::slice::from_ref(query),
-            Some(std::slice::from_ref(vector)),
-            Strategy::Hybrid,
-        )
-    });
+    search_embedded(bencher, model, SIZE, false);
 }
 
 /// The same with rank fusion (RRF at its balance, 45): what score fusion costs against it.
 #[divan::bench(consts = SIZES, args = installed())]
 fn search_hybrid_embedded_by_ranks<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
-    let (embedder, catalog) = with_vectors(model, SIZE);
+    search_embedded(bencher, model, SIZE, true);
+}
+
+/// Hybrid search of queries embedded beforehand, with the defaults or with rank fusion.
+fn search_embedded(bencher: Bencher, model: LocalModel, size: usize, by_ranks: bool) {
+    let (embedder, catalog) = with_vectors(model, size);
     let embedded: Vec<(String, Vec<f32>)> = QUERIES
         .iter()
         .map(|query| (query.to_string(), embed_query(&*embedder, query)))
@@ -142,15 +133,13 @@ fn search_hybrid_embedded_by_ranks<const SIZE: usize>(bencher: Bencher, model: L
         let (query, vector) = &embedded[next.fetch_add(1, Ordering::Relaxed) % embedded.len()];
         let queries = std::slice::from_ref(query);
         let vectors = std::slice::from_ref(vector);
-        let base = request(queries, Some(vectors), Strategy::Hybrid, &filter);
-        let outcome = catalog.search_with(&SearchRequest {
-            hybrid: Hybrid {
-                balance: 45,
-                fusion: retrieval::Fusion::default(),
-                ..base.hybrid.clone()
-            },
-            ..base
-        });
+        let mut request = request(queries, Some(vectors), Strategy::Hybrid, &filter);
+        if by_ranks {
+            request.hybrid.balance = 45;
+            request.hybrid.fusion = retrieval::Fusion::default();
+        }
+        let outcome = catalog.search_with(&request);
+        assert!(outcome.degraded.is_none(), "{:?}", outcome.degraded);
         outcome.hits.len()
     });
 }

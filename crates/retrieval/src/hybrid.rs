@@ -132,20 +132,13 @@ pub fn fuse_scores_top<'k>(
             } else {
                 0.0
             };
-            let contribution = weight * normalised;
-            match slots.get(hit.doc) {
-                Some(i) => {
-                    let entry = &mut fused[i];
-                    if entry.2 != at_list {
-                        entry.1 += contribution;
-                        entry.2 = at_list;
-                    }
-                }
-                None => {
-                    slots.set(hit.doc, fused.len());
-                    fused.push((hit.doc, contribution, at_list));
-                }
-            }
+            add(
+                &mut fused,
+                &mut slots,
+                hit.doc,
+                weight * normalised,
+                at_list,
+            );
         }
     }
     select(fused, key, limit)
@@ -185,22 +178,34 @@ fn fuse_ranks<'k>(
     for (at_list, &(list, weight)) in lists.iter().enumerate() {
         for (at, hit) in list.iter().enumerate() {
             let contribution = weight / (f64::from(k) + (at + 1) as f64);
-            match slots.get(hit.doc) {
-                Some(i) => {
-                    let entry = &mut fused[i];
-                    if entry.2 != at_list {
-                        entry.1 += contribution;
-                        entry.2 = at_list;
-                    }
-                }
-                None => {
-                    slots.set(hit.doc, fused.len());
-                    fused.push((hit.doc, contribution, at_list));
-                }
-            }
+            add(&mut fused, &mut slots, hit.doc, contribution, at_list);
         }
     }
     select(fused, key, limit)
+}
+
+/// Adds list `at_list`'s `contribution` to `doc`'s fused entry: once per list, at the
+/// document's first (best) place in it.
+fn add(
+    fused: &mut Vec<(DocId, f64, usize)>,
+    slots: &mut Slots,
+    doc: DocId,
+    contribution: f64,
+    at_list: usize,
+) {
+    match slots.get(doc) {
+        Some(i) => {
+            let entry = &mut fused[i];
+            if entry.2 != at_list {
+                entry.1 += contribution;
+                entry.2 = at_list;
+            }
+        }
+        None => {
+            slots.set(doc, fused.len());
+            fused.push((doc, contribution, at_list));
+        }
+    }
 }
 
 /// The first `limit` of the fused `(doc, score, _)` entries as hits, in the total order
