@@ -328,3 +328,14 @@ async fn a_request_to_change_keeps_the_tool_that_changes() {
         .await;
     assert_eq!(delete[0], "delete_entities", "{delete:?}");
 }
+
+#[tokio::test]
+async fn a_question_for_the_time_somewhere_gets_the_current_time_first() {
+    // Round two found convert_time above get_current_time here: BM25 has the two nearly tied
+    // and rank fusion counts that tie as a full place (with round three's defaults the two are
+    // level within 0.0001); score fusion weighs the gap, and the vector list has
+    // get_current_time clearly first (docs/retrieval.md, round five).
+    let everyday = Everyday::load().await;
+    let hits = everyday.search("what time is it in Paris", true).await;
+    assert_eq!(hits[0], "get_current_time", "{hits:?}");
+}
