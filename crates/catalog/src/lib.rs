@@ -563,6 +563,8 @@ impl Catalog {
         } else if request.rerank.servers.is_some() {
             // A server's standing is read from its tools' places: all of them.
             usize::MAX
+        } else if request.rerank.mmr.is_some() {
+            top_k.max(search::MMR_POOL)
         } else {
             top_k
         };
@@ -623,6 +625,9 @@ impl Catalog {
         }
         if let (Some(threshold), Some(vectors)) = (rerank.dedup, self.vectors.as_ref()) {
             ranked = dedup(&ranked, &vectors.index, threshold, request.top_k);
+        }
+        if let (Some(lambda), Some(vectors)) = (rerank.mmr, self.vectors.as_ref()) {
+            ranked = mmr(&ranked, &vectors.index, lambda, request.top_k);
         }
         ranked.truncate(top_k);
         ranked
@@ -1078,6 +1083,46 @@ fn dedup(ranked: &[Hit], index: &VectorIndex, threshold: f32, window: usize) -> 
     placed.extend(held);
     placed.extend_from_slice(&ranked[window..]);
     placed
+}
+
+/// Maximal marginal relevance ([`Rerank::mmr`]): the first `window` places picked greedily
+/// from `ranked` (its head, [`search::MMR_POOL`] deep), each the hit with the highest score
+/// over the best score less `lambda` times its highest cosine with a hit already picked (ties
+/// to the earlier place); the rest follow in their order. Hits without a vector count as
+/// similar to nothing.
+fn mmr(ranked: &[Hit], index: &VectorIndex, lambda: f32, window: usize) -> Vec<Hit> {
+    let best = ranked.first().map_or(1.0, |hit| hit.score);
+    if !(lambda.is_finite() && best.is_finite() && best > 0.0) {
+        return ranked.to_vec();
+    }
+    let pool = ranked.len().min(search::MMR_POOL.max(window));
+    let mut left: Vec<Hit> = ranked[..pool].to_vec();
+    let mut picked: Vec<Hit> = Vec::with_capacity(ranked.len());
+    while picked.len() < window && !left.is_empty() {
+        let value = |hit: &Hit| {
+            let redundancy = index.vector(hit.doc).map_or(0.0, |vector| {
+                picked
+                    .iter()
+                    .filter_map(|other| index.vector(other.doc))
+                    .map(|other| vector.iter().zip(other).map(|(a, b)| a * b).sum::<f32>())
+                    .fold(0.0f32, f32::max)
+            });
+            hit.score / best - lambda * redundancy
+        };
+        let mut at = 0;
+        let mut top = f32::NEG_INFINITY;
+        for (i, hit) in left.iter().enumerate() {
+            let v = value(hit);
+            if v > top {
+                top = v;
+                at = i;
+            }
+        }
+        picked.push(left.remove(at));
+    }
+    picked.extend(left);
+    picked.extend_from_slice(&ranked[pool..]);
+    picked
 }
 
 impl Default for Catalog {
@@ -1770,6 +1815,33 @@ mod tests {
             adaptive,
         );
         assert!(short > 0.45 && long < short, "{short} {long}");
+    }
+
+    #[test]
+    fn mmr_lets_a_different_tool_past_a_near_copy() {
+        let keys = ["a", "a2", "b", "c"].map(String::from).to_vec();
+        let vectors = vec![
+            vec![1.0, 0.0, 0.0],
+            vec![0.99, 0.141, 0.0],
+            vec![0.0, 1.0, 0.0],
+            vec![0.0, 0.0, 1.0],
+        ];
+        let index = VectorIndex::build(keys, &vectors).expect("index");
+        let ranked: Vec<Hit> = [(0, 1.0), (1, 0.95), (2, 0.8), (3, 0.5)]
+            .map(|(doc, score)| Hit { doc, score })
+            .to_vec();
+        let order = |lambda: f32| -> Vec<DocId> {
+            mmr(&ranked, &index, lambda, 3)
+                .iter()
+                .map(|hit| hit.doc)
+                .collect()
+        };
+        // a2 is a near copy of a: with enough weight on redundancy b and c go before it.
+        assert_eq!(order(0.0), [0, 1, 2, 3]);
+        assert_eq!(order(0.3), [0, 2, 1, 3]);
+        assert_eq!(order(1.0), [0, 2, 3, 1]);
+        // A weight that is not finite changes nothing.
+        assert_eq!(order(f32::NAN), [0, 1, 2, 3]);
     }
 
     #[test]

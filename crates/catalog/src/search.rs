@@ -150,7 +150,14 @@ pub struct Rerank {
     /// De-duplication: in the top `top_k`, a tool whose vector has at least this cosine
     /// similarity with a higher hit's moves to the end of the top `top_k`.
     pub dedup: Option<f32>,
+    /// Maximal marginal relevance: the top `top_k` is picked greedily from the first
+    /// [`MMR_POOL`] hits, each by its score (over the best) less this weight times its highest
+    /// cosine similarity with a tool already picked.
+    pub mmr: Option<f32>,
 }
+
+/// How many of the fused ranking's first hits maximal marginal relevance picks from.
+pub const MMR_POOL: usize = 30;
 
 /// Where a server's rank comes from, and how it weighs on its tools.
 #[derive(Debug, Clone, Copy, PartialEq)]

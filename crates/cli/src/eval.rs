@@ -165,6 +165,10 @@ pub(crate) struct Args {
     /// hit's moves to the end of the top k (off by default).
     #[arg(long, value_name = "COSINE")]
     dedup: Option<f32>,
+    /// Maximal marginal relevance: pick the top k from the first 30 hits, each by its score
+    /// over the best less this weight times its highest cosine with a tool picked before it.
+    #[arg(long, value_name = "LAMBDA")]
+    mmr: Option<f32>,
     /// The learned sparse list (splade-tiny, `scripts/fetch-models.sh splade`) as a further
     /// input of fusion: `on`, `off` (as in the gateway) or `alone` (rank by it alone). With
     /// --strategy bm25 it is fused with BM25; with hybrid it is a third list.
@@ -290,6 +294,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             vector_feedback: (args.vector_feedback != 0.0).then_some(args.vector_feedback),
             per_server: (args.per_server > 0).then_some(args.per_server),
             dedup: args.dedup,
+            mmr: args.mmr,
         },
         splade: splade(&args).await?,
         field_vectors: args.field_vectors,
