@@ -699,12 +699,26 @@ impl Catalog {
             return (list.clone(), Scoring::Bm25);
         }
         // BM25 with the sparse list beside it where BM25 would answer alone.
+        // The sparse list's own term is not explained (docs/retrieval.md, round four).
         let lexical_or_sparse = || match &sparse {
-            Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => (
-                hybrid.fuse_lists(
+            Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => {
+                let lexical = lexical();
+                let scoring = match hybrid.fusion {
+                    retrieval::Fusion::Ranks { .. } => Scoring::Fused {
+                        bm25_weight: 1.0,
+                        vector_weight: 0.0,
+                    },
+                    retrieval::Fusion::Scores => Scoring::Normalised {
+                        bm25_weight: 1.0,
+                        vector_weight: 0.0,
+                        bm25_span: retrieval::score_span(&lexical, Some(0.0)),
+                        vector_span: None,
+                    },
+                };
+                let fused = hybrid.fuse_lists(
                     &[
                         Ranked {
-                            hits: &lexical(),
+                            hits: &lexical,
                             weight: 1.0,
                             floor: Some(0.0),
                         },
@@ -716,12 +730,9 @@ impl Catalog {
                     ],
                     key,
                     depth,
-                ),
-                Scoring::Fused {
-                    bm25_weight: 1.0,
-                    vector_weight: 0.0,
-                },
-            ),
+                );
+                (fused, scoring)
+            }
             _ => (lexical_alone(), Scoring::Bm25),
         };
         match strategy {
@@ -1632,6 +1643,45 @@ mod tests {
             search("读取文件", Strategy::Bm25, Some(cjk)),
             "everything__add"
         );
+    }
+
+    #[test]
+    fn bm25_beside_the_sparse_list_says_which_fusion_made_its_scores() {
+        let catalog = sparse_catalog();
+        let filter = Filter::default();
+        let queries = ["read file".to_string()];
+        let vectors = [vec![(7, 1.0)]];
+        let scoring = |fusion: retrieval::Fusion| {
+            let mut request = request(&queries, None, Strategy::Bm25, &filter);
+            request.hybrid.fusion = fusion;
+            request.sparse = Some(SparseQuery {
+                vectors: &vectors,
+                weight: 1.0,
+                cjk: false,
+                alone: false,
+            });
+            let outcome = catalog.search_with(&request);
+            assert!(!outcome.hits.is_empty());
+            catalog.explain(&request, &outcome.hits).scoring
+        };
+        assert_eq!(
+            scoring(retrieval::Fusion::default()),
+            Scoring::Fused {
+                bm25_weight: 1.0,
+                vector_weight: 0.0
+            }
+        );
+        let Scoring::Normalised {
+            bm25_weight,
+            vector_weight,
+            bm25_span: Some((low, high)),
+            vector_span: None,
+        } = scoring(retrieval::Fusion::Scores)
+        else {
+            panic!("not score fusion");
+        };
+        assert_eq!((bm25_weight, vector_weight, low), (1.0, 0.0, 0.0));
+        assert!(high > 0.0);
     }
 
     #[test]
