@@ -354,35 +354,30 @@ impl Catalog {
     /// nDCG@10 37.2 -> 37.9), while with one server it is the same words in every text and
     /// only blurs them (metatool: vector 67.3 -> 64.7).
     pub fn embedding_texts(&self) -> Vec<String> {
-        self.embedding_texts_with(&EmbeddingText {
+        self.embedding_texts_with(&self.embedding_text())
+    }
+
+    /// What [`Catalog::embedding_texts`] puts in each text: the server's description only with
+    /// several servers.
+    fn embedding_text(&self) -> EmbeddingText {
+        EmbeddingText {
             server_description: self.lexical.servers.len() > 1,
             ..EmbeddingText::default()
-        })
+        }
     }
 
     /// The embedding texts with each tool's fields apart ([`FieldTexts`]), the server line as
     /// [`Catalog::embedding_texts`] chooses it when `options` is `None`.
     pub fn embedding_fields(&self, options: Option<&EmbeddingText>) -> FieldTexts {
-        FieldTexts::new(self.embedding_parts(options))
-    }
-
-    /// Each tool's embedding text in its two fields ([`EmbeddingText::parts`]), in catalog
-    /// order, with the server line as [`Catalog::embedding_texts`] chooses it when `options` is
-    /// `None`.
-    pub fn embedding_parts(
-        &self,
-        options: Option<&EmbeddingText>,
-    ) -> Vec<(String, Option<String>)> {
-        let auto = EmbeddingText {
-            server_description: self.lexical.servers.len() > 1,
-            ..EmbeddingText::default()
-        };
+        let auto = self.embedding_text();
         let options = options.unwrap_or(&auto);
-        self.lexical
-            .tools
-            .iter()
-            .map(|tool| options.parts(tool, self.server_description(&tool.server)))
-            .collect()
+        FieldTexts::new(
+            self.lexical
+                .tools
+                .iter()
+                .map(|tool| options.parts(tool, self.server_description(&tool.server)))
+                .collect(),
+        )
     }
 
     /// [`Catalog::embedding_texts`] with explicit options.
@@ -701,38 +696,17 @@ impl Catalog {
         // BM25 with the sparse list beside it where BM25 would answer alone.
         // The sparse list's own term is not explained (docs/retrieval.md, round four).
         let lexical_or_sparse = || match &sparse {
-            Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => {
-                let lexical = lexical();
-                let scoring = match hybrid.fusion {
-                    retrieval::Fusion::Ranks { .. } => Scoring::Fused {
-                        bm25_weight: 1.0,
-                        vector_weight: 0.0,
-                    },
-                    retrieval::Fusion::Scores => Scoring::Normalised {
-                        bm25_weight: 1.0,
-                        vector_weight: 0.0,
-                        bm25_span: retrieval::score_span(&lexical, Some(0.0)),
-                        vector_span: None,
-                    },
-                };
-                let fused = hybrid.fuse_lists(
+            Some((list, sparse)) if !list.is_empty() && sparse.weight > 0.0 => (
+                hybrid.fuse_lists(
                     &[
-                        Ranked {
-                            hits: &lexical,
-                            weight: 1.0,
-                            floor: Some(0.0),
-                        },
-                        Ranked {
-                            hits: list,
-                            weight: sparse.weight,
-                            floor: Some(0.0),
-                        },
+                        Ranked::from_zero(&lexical(), 1.0),
+                        Ranked::from_zero(list, sparse.weight),
                     ],
                     key,
                     depth,
-                );
-                (fused, scoring)
-            }
+                ),
+                Scoring::of_fusion(hybrid.fusion, 1.0, 0.0),
+            ),
             _ => (lexical_alone(), Scoring::Bm25),
         };
         match strategy {
@@ -767,19 +741,7 @@ impl Catalog {
                     _ => self.lexical.index.query_length(query),
                 };
                 let vector_weight = hybrid.semantic_weight(terms);
-                // How the scores were made, from the vector list the last fusion used.
-                let scoring = |semantic: &[Hit]| match hybrid.fusion {
-                    retrieval::Fusion::Ranks { .. } => Scoring::Fused {
-                        bm25_weight: 1.0 - vector_weight,
-                        vector_weight,
-                    },
-                    retrieval::Fusion::Scores => Scoring::Normalised {
-                        bm25_weight: 1.0 - vector_weight,
-                        vector_weight,
-                        bm25_span: retrieval::score_span(&lexical, Some(0.0)),
-                        vector_span: retrieval::score_span(&hybrid.strong(semantic), None),
-                    },
-                };
+                let scoring = Scoring::of_fusion(hybrid.fusion, 1.0 - vector_weight, vector_weight);
                 // Two lists, or three with the sparse one at its own weight (the BM25 and vector
                 // weights still add up to 1).
                 let fuse = |semantic: &[Hit]| match &sparse {
@@ -787,21 +749,9 @@ impl Catalog {
                         let semantic = hybrid.strong(semantic);
                         hybrid.fuse_lists(
                             &[
-                                Ranked {
-                                    hits: &lexical,
-                                    weight: 1.0 - vector_weight,
-                                    floor: Some(0.0),
-                                },
-                                Ranked {
-                                    hits: &semantic,
-                                    weight: vector_weight,
-                                    floor: None,
-                                },
-                                Ranked {
-                                    hits: list,
-                                    weight: sparse.weight,
-                                    floor: Some(0.0),
-                                },
+                                Ranked::from_zero(&lexical, 1.0 - vector_weight),
+                                Ranked::from_lowest(&semantic, vector_weight),
+                                Ranked::from_zero(list, sparse.weight),
                             ],
                             key,
                             depth,
@@ -821,9 +771,9 @@ impl Catalog {
                                 .strong(&vectors.index.rank(&vector, keep))
                                 .into_owned()
                         });
-                        (fuse(&semantic), scoring(&semantic))
+                        (fuse(&semantic), scoring)
                     }
-                    None => (fused, scoring(&semantic)),
+                    None => (fused, scoring),
                 }
             }
         }
@@ -896,7 +846,9 @@ impl Catalog {
             }
             _ => None,
         };
-        let lexical = positions(self.lexical.index.rank_with(query, feedback, &keep));
+        let lexical = self.lexical.index.rank_with(query, feedback, &keep);
+        let bm25_span = retrieval::score_span(&lexical, Some(0.0));
+        let lexical = positions(lexical);
         // The vector list as the fusion used it: with vector feedback, the moved query's.
         let moved = match (scoring, request.rerank.vector_feedback) {
             (Scoring::Fused { .. } | Scoring::Normalised { .. }, Some(beta)) => {
@@ -920,14 +872,29 @@ impl Catalog {
                 .as_ref()
                 .or_else(|| request.query_vectors.and_then(|vectors| vectors.first())),
         ) {
-            (Some(vectors), Some(vector)) if strategy.needs_vectors() => positions(
-                request
-                    .hybrid
-                    .strong(&vectors.index.rank(vector, &keep))
-                    .into_owned(),
-            ),
-            _ => HashMap::new(),
+            (Some(vectors), Some(vector)) if strategy.needs_vectors() => request
+                .hybrid
+                .strong(&vectors.index.rank(vector, &keep))
+                .into_owned(),
+            _ => Vec::new(),
         };
+        // Score fusion's spans, from the lists just ranked as the fusion ranked them.
+        let scoring = match scoring {
+            Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                ..
+            } => Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span,
+                vector_span: (vector_weight > 0.0)
+                    .then(|| retrieval::score_span(&semantic, None))
+                    .flatten(),
+            },
+            other => other,
+        };
+        let semantic = positions(semantic);
         Explanation {
             scoring,
             sources: hits

@@ -262,6 +262,25 @@ pub enum Scoring {
     Capabilities,
 }
 
+impl Scoring {
+    /// The scoring of a fusion by `fusion` at these weights; score fusion's spans are left for
+    /// [`crate::Catalog::explain`] to fill, so a search does not scan its lists for them.
+    pub fn of_fusion(fusion: retrieval::Fusion, bm25_weight: f32, vector_weight: f32) -> Scoring {
+        match fusion {
+            retrieval::Fusion::Ranks { .. } => Scoring::Fused {
+                bm25_weight,
+                vector_weight,
+            },
+            retrieval::Fusion::Scores => Scoring::Normalised {
+                bm25_weight,
+                vector_weight,
+                bm25_span: None,
+                vector_span: None,
+            },
+        }
+    }
+}
+
 /// Where one hit stands in each list behind the ranking: `(rank from 1, score)`.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Sources {

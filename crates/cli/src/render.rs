@@ -113,10 +113,11 @@ pub(crate) fn search_json(
                     if let Some(place) = fields.get_mut(list).and_then(|p| p.as_object_mut()) {
                         let score = place.get("score").and_then(serde_json::Value::as_f64);
                         place.insert("weight".to_owned(), serde_json::json!(weight));
-                        if let (Some(score), Some(span)) = (score, span) {
+                        if let (Some(score), Some((low, high))) = (score, span) {
+                            let span = (f64::from(low), f64::from(high));
                             place.insert(
                                 "normalised".to_owned(),
-                                serde_json::json!(normalised(score as f32, span)),
+                                serde_json::json!(retrieval::scale(score, span) as f32),
                             );
                         }
                     }
@@ -125,16 +126,6 @@ pub(crate) fn search_json(
             row
         })
         .collect()
-}
-
-/// A score between its list's `(low, high)` as score fusion counts it: 0 at `low`, 1 at
-/// `high`, 1 for every score of a list whose scores are all equal.
-fn normalised(score: f32, (low, high): (f32, f32)) -> f32 {
-    if high > low {
-        ((score - low) / (high - low)).clamp(0.0, 1.0)
-    } else {
-        1.0
-    }
 }
 
 /// The line under `mcpgw search`'s table that says what the scores mean.

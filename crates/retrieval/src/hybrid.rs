@@ -78,6 +78,26 @@ pub struct Ranked<'a> {
     pub floor: Option<f32>,
 }
 
+impl<'a> Ranked<'a> {
+    /// A list that leaves out exactly the documents scoring 0 (BM25, a sparse list).
+    pub fn from_zero(hits: &'a [Hit], weight: f32) -> Ranked<'a> {
+        Ranked {
+            hits,
+            weight,
+            floor: Some(0.0),
+        }
+    }
+
+    /// A list that ranks every kept document (the vector list): scaled from its lowest score.
+    pub fn from_lowest(hits: &'a [Hit], weight: f32) -> Ranked<'a> {
+        Ranked {
+            hits,
+            weight,
+            floor: None,
+        }
+    }
+}
+
 /// The first `limit` hits of fusing `lists` the way `fusion` says.
 pub fn fuse_with<'k>(
     fusion: Fusion,
@@ -121,17 +141,8 @@ pub fn fuse_scores_top<'k>(
             // No usable score: every document of the list sits at its floor.
             continue;
         };
-        let low = f64::from(low);
-        let range = f64::from(high) - low;
         for hit in list.hits {
-            let score = f64::from(hit.score);
-            let normalised = if range <= 0.0 {
-                1.0
-            } else if score.is_finite() {
-                ((score - low) / range).clamp(0.0, 1.0)
-            } else {
-                0.0
-            };
+            let normalised = scale(f64::from(hit.score), (f64::from(low), f64::from(high)));
             add(
                 &mut fused,
                 &mut slots,
@@ -156,6 +167,20 @@ pub fn score_span(hits: &[Hit], floor: Option<f32>) -> Option<(f32, f32)> {
         _ => lowest,
     };
     Some((low, high))
+}
+
+/// `score` scaled between a list's `(low, high)` span ([`score_span`]) as [`fuse_scores_top`]
+/// counts it: 0 at `low`, 1 at `high`, clamped between; a score that is not finite counts as
+/// `low`, and every score of a list whose span is empty counts 1.
+pub fn scale(score: f64, (low, high): (f64, f64)) -> f64 {
+    let range = high - low;
+    if range <= 0.0 || !range.is_finite() {
+        1.0
+    } else if score.is_finite() {
+        ((score - low) / range).clamp(0.0, 1.0)
+    } else {
+        0.0
+    }
 }
 
 /// Weighted RRF at constant `k`: the body of [`fuse_top`].
@@ -442,16 +467,8 @@ impl Hybrid {
         let semantic = self.semantic_weight(terms);
         self.fuse_lists(
             &[
-                Ranked {
-                    hits: bm25,
-                    weight: 1.0 - semantic,
-                    floor: Some(0.0),
-                },
-                Ranked {
-                    hits: &vector,
-                    weight: semantic,
-                    floor: None,
-                },
+                Ranked::from_zero(bm25, 1.0 - semantic),
+                Ranked::from_lowest(&vector, semantic),
             ],
             key,
             limit,

@@ -44,7 +44,7 @@ pub use document::{DocId, Document, Field};
 pub use groups::{GroupPrior, GroupScore, apply_prior, cap_per_group, group_prior, group_ranks};
 pub use hybrid::{
     ADAPTIVE_RANGE, Adaptive, Fusion, Hybrid, RRF_K, Ranked, fuse, fuse_scores_top, fuse_top,
-    fuse_with, score_span,
+    fuse_with, scale, score_span,
 };
 pub use needs::{MAX_NEEDS, split_needs};
 pub use sparse::SparseIndex;
