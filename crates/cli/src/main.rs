@@ -387,19 +387,17 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
-/// Sets candle's element-wise pool to no extra workers unless the operator chose a size: its
-/// spinning workers slow the embedding model on small machines (see `embed::local`).
+/// Sets candle's thread variables where the operator has not: no spinning element-wise
+/// workers, and a thread count it need not read from `/proc/cpuinfo` on every matrix
+/// multiplication (see `embed::local`).
 #[allow(unsafe_code)]
 fn quiet_candle_pool() {
-    if std::env::var_os(embed::local::CANDLE_THREADS_VAR).is_none() {
-        // SAFETY: the first statement of `main`, before any thread is spawned, so nothing can
-        // read or write the environment concurrently.
-        unsafe {
-            std::env::set_var(
-                embed::local::CANDLE_THREADS_VAR,
-                embed::local::CANDLE_THREADS_DEFAULT,
-            )
-        };
+    for (name, value) in embed::local::candle_env_defaults() {
+        if std::env::var_os(name).is_none() {
+            // SAFETY: the first statement of `main`, before any thread is spawned, so nothing
+            // can read or write the environment concurrently.
+            unsafe { std::env::set_var(name, value) };
+        }
     }
 }
 

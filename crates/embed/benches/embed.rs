@@ -14,9 +14,11 @@ use embed::{Embedder, TextKind};
 #[allow(unsafe_code)]
 fn main() {
     // As mcpgw's binary does (see `embed::local`), so the figures are the gateway's.
-    if std::env::var_os(local::CANDLE_THREADS_VAR).is_none() {
-        // SAFETY: first statement of `main`, before divan or anything else spawns a thread.
-        unsafe { std::env::set_var(local::CANDLE_THREADS_VAR, local::CANDLE_THREADS_DEFAULT) };
+    for (name, value) in local::candle_env_defaults() {
+        if std::env::var_os(name).is_none() {
+            // SAFETY: first statement of `main`, before divan or anything else spawns a thread.
+            unsafe { std::env::set_var(name, value) };
+        }
     }
     divan::main();
 }

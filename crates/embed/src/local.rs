@@ -26,18 +26,40 @@
 //! machine 1,000 tool descriptions take 2.4 s on two threads against 2.8 s on one
 //! (`cargo bench -p mcpgw-embed`).
 //!
-//! candle's element-wise kernels run on a second pool of `CANDLE_NUM_THREADS - 1` spinning
-//! workers (default: the core count), which on two cores compete with the matrix pool: a short
-//! MiniLM query took 11.4 ms with that pool and 8.6 ms without, varying from run to run with
-//! where the spinning worker landed. candle reads the variable once, at its first operation,
-//! so only a process's `main` can set it: [`CANDLE_THREADS_VAR`] and
-//! [`CANDLE_THREADS_DEFAULT`] are what mcpgw's binaries and benches set when the operator has
-//! not.
+//! Two environment variables candle reads matter on small machines, and mcpgw's binaries and
+//! benches set both in `main` unless the operator has ([`candle_env_defaults`]):
+//!
+//! - `CANDLE_NUM_THREADS`: candle's element-wise kernels run on a second pool of that many
+//!   minus one spinning workers (default: the core count), which on two cores compete with the
+//!   matrix pool: a short MiniLM query took 11.4 ms with that pool and 8.6 ms without, varying
+//!   from run to run with where the spinning worker landed. mcpgw sets 1: no extra workers.
+//! - `RAYON_NUM_THREADS`: candle asks how many ways to split **every** matrix multiplication,
+//!   and without this variable (or `CANDLE_CPU_MASK`) the answer is `num_cpus::get_physical`,
+//!   which reads and parses `/proc/cpuinfo` each time, uncached. A MiniLM query makes 48
+//!   multiplications (eight in each of six layers), and on a 2-vCPU VM those reads were a third of it (8.1 ms → 5.4 ms
+//!   median with the variable set; `cargo bench -p mcpgw-embed -- single_query`). mcpgw sets
+//!   the available parallelism, which is also rayon's own default for its global pool and the
+//!   size of the embedding pool above.
+//!
+//! candle reads the first once, at its first operation, and the second at every
+//! multiplication; rayon reads the second when its global pool starts. Setting a variable is
+//! sound only while the process has one thread, so `main` sets them first thing.
 
 /// The environment variable sizing candle's element-wise pool (see the module docs).
 pub const CANDLE_THREADS_VAR: &str = "CANDLE_NUM_THREADS";
-/// Its value in mcpgw's processes unless the operator set one: no extra spinning workers.
-pub const CANDLE_THREADS_DEFAULT: &str = "1";
+/// The environment variable candle (and rayon) read for the number of threads to split over.
+pub const RAYON_THREADS_VAR: &str = "RAYON_NUM_THREADS";
+
+/// The environment variables mcpgw's processes set for candle, with their values, for `main`
+/// to set where the operator has not (see the module docs): no spinning element-wise workers,
+/// and a thread count candle need not look up in `/proc/cpuinfo` on every multiplication.
+pub fn candle_env_defaults() -> [(&'static str, String); 2] {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    [
+        (CANDLE_THREADS_VAR, "1".to_string()),
+        (RAYON_THREADS_VAR, threads.to_string()),
+    ]
+}
 
 mod e5q4;
 mod files;
@@ -312,6 +334,15 @@ mod tests {
         }
         let error = "bert".parse::<LocalModel>().expect_err("unknown");
         assert!(error.to_string().contains("'bert'"), "{error}");
+    }
+
+    #[test]
+    fn candle_env_defaults_quiet_the_element_wise_pool_and_name_a_thread_count() {
+        let defaults = candle_env_defaults();
+        assert_eq!(defaults[0], (CANDLE_THREADS_VAR, "1".to_string()));
+        assert_eq!(defaults[1].0, RAYON_THREADS_VAR);
+        let threads: usize = defaults[1].1.parse().expect("a number");
+        assert!(threads >= 1, "{threads}");
     }
 
     fn tiny_embedder(batch_size: usize) -> LocalEmbedder<minilm::MiniLm> {
