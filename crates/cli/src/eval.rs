@@ -15,7 +15,8 @@ use embed::Embedder;
 use embed::local::{LoadOptions, LocalModel};
 // `::eval` is the crate; this module shares its name.
 use ::eval::{
-    Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SetReport, Settings,
+    Dataset, EmbeddingCache, FileCache, MemoryCache, Outcome, Report, Semantic, SemanticBlend,
+    SetReport, Settings,
 };
 use retrieval::{Adaptive, Feedback, Field, GroupPrior, GroupScore, Hybrid, Language};
 
@@ -102,11 +103,19 @@ pub(crate) struct Args {
     /// length (`on` or `off`; off keeps the balance for every query).
     #[arg(long, default_value = "on", value_parser = on_off, action = clap::ArgAction::Set, value_name = "on|off")]
     adaptive: bool,
-    /// Field-aware tool vectors: embed each tool's head (name, description) and its parameters
-    /// apart, and use W × head + (1 − W) × parameters as its vector (measured, not what the
-    /// gateway does).
-    #[arg(long, value_name = "W")]
-    field_vectors: Option<f32>,
+    /// Field-aware tool vectors, as the gateway does by default (`[retrieval] field_vectors`):
+    /// embed each tool's head (name, description) and its parameters apart, and use W × head +
+    /// (1 − W) × parameters as its vector; `off` for one text per tool.
+    #[arg(long, default_value = "0.5", value_parser = weight_or_off, value_name = "W|off")]
+    field_vectors: WeightOrOff,
+    /// A second local model blended into the vectors (`[retrieval.embedder] blend`), or
+    /// `none`. Default: as the gateway, potion-base-8M with the default model, none otherwise.
+    #[arg(long, value_name = "MODEL|none")]
+    blend: Option<String>,
+    /// The blend model's weight, strictly between 0 and 1 (`[retrieval.embedder]
+    /// blend_weight`).
+    #[arg(long, default_value_t = config::DEFAULT_BLEND_WEIGHT, value_name = "W")]
+    blend_weight: f32,
     /// How hybrid combines its lists: `scores` (a weighted sum of min-max normalised scores,
     /// as the gateway does) or `ranks` (weighted reciprocal rank fusion; its balance was 45).
     #[arg(long, default_value = "scores", value_name = "scores|ranks")]
@@ -187,6 +196,22 @@ pub(crate) struct Args {
 }
 
 /// `on` or `off` (also `true`/`false`).
+/// A weight from 0 to 1, or off (`None`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct WeightOrOff(Option<f32>);
+
+fn weight_or_off(text: &str) -> Result<WeightOrOff, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "off" | "none" => Ok(WeightOrOff(None)),
+        number => number
+            .parse::<f32>()
+            .ok()
+            .filter(|w| (0.0..=1.0).contains(w))
+            .map(|w| WeightOrOff(Some(w)))
+            .ok_or_else(|| format!("`{text}` is neither a weight from 0 to 1 nor off")),
+    }
+}
+
 fn on_off(text: &str) -> Result<bool, String> {
     match text.to_ascii_lowercase().as_str() {
         "on" | "true" => Ok(true),
@@ -297,7 +322,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
             mmr: args.mmr,
         },
         splade: splade(&args).await?,
-        field_vectors: args.field_vectors,
+        field_vectors: args.field_vectors.0,
         ..::eval::Options::default()
     };
 
@@ -316,6 +341,27 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     } else {
         None
     };
+    // The blend model, loaded only beside a model that loaded.
+    let blend_model = match args.blend.as_deref().map(str::trim) {
+        None if config::is_default_local_model(&args.model) => {
+            Some(config::DEFAULT_BLEND_MODEL.to_owned())
+        }
+        None => None,
+        Some(name) if name.eq_ignore_ascii_case("none") => None,
+        Some(name) => Some(name.to_owned()),
+    };
+    let blend = match (blend_model, &embedder) {
+        (Some(name), Some(Ok(first))) => {
+            let model: LocalModel = name.parse().map_err(Failure::usage)?;
+            let second = load_model(model, None, args.threads)
+                .await
+                .map_err(|reason| anyhow!("the blend model {name}: {reason}"))?;
+            let both = embed::Blend::new(Arc::clone(first), Arc::clone(&second), args.blend_weight)
+                .map_err(Failure::usage)?;
+            Some((second, both))
+        }
+        _ => None,
+    };
     let cache_dir = match (&args.cache_dir, args.no_cache) {
         (_, true) => None,
         (Some(dir), false) => Some(dir.clone()),
@@ -327,19 +373,31 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     for set in &sets {
         let report = match &embedder {
             Some(Ok(embedder)) => {
-                let mut cache: Box<dyn EmbeddingCache> = match &cache_dir {
-                    Some(dir) => match FileCache::open(dir, embedder.id(), &set.name) {
-                        Ok(cache) => Box::new(cache),
-                        Err(error) => {
-                            tracing::warn!("{error}; embeddings are not cached");
-                            Box::new(MemoryCache::default())
-                        }
-                    },
-                    None => Box::new(MemoryCache::default()),
+                let open_cache = |model: &str| -> Box<dyn EmbeddingCache> {
+                    match &cache_dir {
+                        Some(dir) => match FileCache::open(dir, model, &set.name) {
+                            Ok(cache) => Box::new(cache),
+                            Err(error) => {
+                                tracing::warn!("{error}; embeddings are not cached");
+                                Box::new(MemoryCache::default())
+                            }
+                        },
+                        None => Box::new(MemoryCache::default()),
+                    }
                 };
+                let mut cache = open_cache(embedder.id());
+                let mut blend_cache = blend.as_ref().map(|(second, _)| open_cache(second.id()));
                 let semantic = Semantic {
                     embedder: embedder.as_ref(),
                     cache: cache.as_mut(),
+                    blend: blend.as_ref().zip(blend_cache.as_mut()).map(
+                        |((second, both), cache)| SemanticBlend {
+                            embedder: second.as_ref(),
+                            cache: cache.as_mut(),
+                            weight: args.blend_weight,
+                            both,
+                        },
+                    ),
                 };
                 ::eval::evaluate(set, &options, Ok(semantic), &bar).await
             }
@@ -694,6 +752,27 @@ impl ::eval::Progress for Bar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_vector_weights_parse_and_default_to_the_gateway_s() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            eval: Args,
+        }
+        let parsed = Cli::try_parse_from(["eval", "set"]).expect("parses");
+        let gateway = config::RetrievalConfig::default();
+        assert_eq!(
+            parsed.eval.field_vectors.0,
+            gateway.field_vectors.then_some(catalog::FIELD_WEIGHT)
+        );
+        assert_eq!(parsed.eval.balance, gateway.balance);
+        assert_eq!(weight_or_off("OFF"), Ok(WeightOrOff(None)));
+        assert_eq!(weight_or_off("0.25"), Ok(WeightOrOff(Some(0.25))));
+        assert!(weight_or_off("1.5").is_err());
+        assert!(weight_or_off("heavy").is_err());
+    }
 
     #[test]
     fn field_weights_parse_and_say_what_is_wrong() {

@@ -92,6 +92,9 @@ pub(crate) enum EmbedderFile {
 pub(crate) struct LocalEmbedderFile {
     pub model: Option<String>,
     pub path: Option<String>,
+    /// A second local model's name, or "none".
+    pub blend: Option<String>,
+    pub blend_weight: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -258,10 +258,10 @@ impl Default for RetrievalConfig {
     fn default() -> Self {
         Self {
             strategy: Strategy::default(),
-            // Tuned with `mcpgw eval` for score fusion (docs/retrieval.md, round five): best
-            // summed over the three sets it moves, and the choice of two of the three
-            // cross-validation folds. Rank fusion's was 45.
-            balance: 60,
+            // Tuned with `mcpgw eval` together with the blend and field vectors (docs/retrieval.md,
+            // round six): best summed over the three sets it moves, and the choice of two of
+            // the three cross-validation folds. Score fusion alone had 60, rank fusion 45.
+            balance: 65,
             min_similarity: None,
             // Both won on every set, cross-validated (docs/retrieval.md, round two).
             adaptive: true,
@@ -272,9 +272,10 @@ impl Default for RetrievalConfig {
             // sets fusion can move, cross-validated (+2.0 / +0.9 / +3.0 held out).
             fusion: Fusion::Scores,
             // Round five: +0.8 on toollens and +2.2 on ultratool-en, the two sets whose tools
-            // have parameters; nothing to change on the other two (no parameters; BM25 alone),
-            // so it wins on two sets of four and stays off.
-            field_vectors: false,
+            // have parameters, nothing to change on the other two. Round six: on, together
+            // with the default blend (potion-base-8M at 0.3, which lifts MetaTool) and balance
+            // 65: the three gain on all three sets that can move, cross-validated.
+            field_vectors: true,
             // Round four (docs/retrieval.md): gains on toollens and ultratool-en, a loss on
             // metatool at every weight above 0.1, nothing on ultratool-zh (its vocabulary is
             // English): it wins on two sets of four, so it stays off.
@@ -282,6 +283,7 @@ impl Default for RetrievalConfig {
             embedder: EmbedderConfig::Local {
                 model: DEFAULT_LOCAL_MODEL.to_owned(),
                 path: None,
+                blend: Some(LocalBlend::default()),
             },
         }
     }
@@ -301,6 +303,39 @@ pub enum Fusion {
 
 /// The local model used when the config names none.
 pub const DEFAULT_LOCAL_MODEL: &str = "all-MiniLM-L6-v2";
+
+/// Whether `model` names [`DEFAULT_LOCAL_MODEL`] (its folder name or the `minilm` alias, in any
+/// case): the model the default blend is tuned for.
+pub fn is_default_local_model(model: &str) -> bool {
+    let model = model.trim();
+    model.eq_ignore_ascii_case(DEFAULT_LOCAL_MODEL) || model.eq_ignore_ascii_case("minilm")
+}
+
+/// `[retrieval.embedder] blend` and `blend_weight`: a second local model whose cosine is
+/// blended into the vector list (`embed::Blend`): each tool and query is embedded by both,
+/// and the vector search compares `(1 − weight) × cos(model) + weight × cos(blend)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalBlend {
+    pub model: String,
+    /// The blend model's weight, strictly between 0 and 1.
+    pub weight: f32,
+}
+
+/// The blend the default model gets when the file names none: potion-base-8M, a static
+/// model that costs well under a millisecond per query, at the weight `mcpgw eval` chose
+/// (docs/retrieval.md, round six).
+pub const DEFAULT_BLEND_MODEL: &str = "potion-base-8M";
+/// The default blend weight (see [`DEFAULT_BLEND_MODEL`]).
+pub const DEFAULT_BLEND_WEIGHT: f32 = 0.3;
+
+impl Default for LocalBlend {
+    fn default() -> Self {
+        LocalBlend {
+            model: DEFAULT_BLEND_MODEL.to_owned(),
+            weight: DEFAULT_BLEND_WEIGHT,
+        }
+    }
+}
 
 /// The ranking behind `search_tools`; the serde name is the lower-cased variant name.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,10 +357,13 @@ pub enum Strategy {
 pub enum EmbedderConfig {
     /// BM25 only.
     None,
-    /// A model run in process; `path` overrides where its files are looked for.
+    /// A model run in process; `path` overrides where its files are looked for; `blend` is a
+    /// second local model blended into its vectors (by default potion-base-8M with the default
+    /// model, none with any other).
     Local {
         model: String,
         path: Option<PathBuf>,
+        blend: Option<LocalBlend>,
     },
     Remote(RemoteEmbedderConfig),
 }

@@ -12,16 +12,17 @@ use crate::auth::{
 };
 use crate::file::{
     AuditFile, AuthFile, ConfigFile, EmbedderFile, EnvRef, GatewayFile, HeaderAuthFile, HttpFile,
-    NetworkFile, OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile, StdioFile, StoreFile,
-    TelemetryFile, TransportFile, UrlFile, ValueFile,
+    LocalEmbedderFile, NetworkFile, OAuthFile, RemoteEmbedderFile, RetrievalFile, ServerFile,
+    StdioFile, StoreFile, TelemetryFile, TransportFile, UrlFile, ValueFile,
 };
 use crate::policy::{self, ApprovalFile, LimitsFile, ProfileFile};
 use crate::value::looks_secret;
 use crate::{
     AuditConfig, Auth, Config, ConfigError, DEFAULT_AUDIT_MAX_ROWS, DEFAULT_AUDIT_RETENTION_DAYS,
-    DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth, HttpTransport, NetworkConfig,
-    OAuthConfig, PostgresUrl, Problem, RedisUrl, RemoteEmbedderConfig, Replicas, RetrievalConfig,
-    ServerConfig, ServerName, StdioTransport, StoreConfig, Transport, Value,
+    DEFAULT_BLEND_WEIGHT, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth,
+    HttpTransport, LocalBlend, NetworkConfig, OAuthConfig, PostgresUrl, Problem, RedisUrl,
+    RemoteEmbedderConfig, Replicas, RetrievalConfig, ServerConfig, ServerName, StdioTransport,
+    StoreConfig, Transport, Value, is_default_local_model,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -251,20 +252,7 @@ impl Validator {
         let embedder = match file.embedder {
             None => default.embedder,
             Some(EmbedderFile::None {}) => EmbedderConfig::None,
-            Some(EmbedderFile::Local(local)) => EmbedderConfig::Local {
-                model: match local.model {
-                    Some(model) if !model.trim().is_empty() => model,
-                    Some(_) => {
-                        self.problems.push(
-                            Problem::new("retrieval.embedder.model", "model name is empty")
-                                .hint("leave it out for all-MiniLM-L6-v2"),
-                        );
-                        DEFAULT_LOCAL_MODEL.to_owned()
-                    }
-                    None => DEFAULT_LOCAL_MODEL.to_owned(),
-                },
-                path: local.path.map(|p| self.base_dir.join(p)),
-            },
+            Some(EmbedderFile::Local(local)) => self.local_embedder(local),
             Some(EmbedderFile::Remote(remote)) => self.remote_embedder(remote),
         };
         RetrievalConfig {
@@ -278,6 +266,74 @@ impl Validator {
             field_vectors: file.field_vectors.unwrap_or(default.field_vectors),
             splade: file.splade.unwrap_or(default.splade),
             embedder,
+        }
+    }
+
+    fn local_embedder(&mut self, file: LocalEmbedderFile) -> EmbedderConfig {
+        const PATH: &str = "retrieval.embedder";
+        let model = match file.model {
+            Some(model) if !model.trim().is_empty() => model,
+            Some(_) => {
+                self.problems.push(
+                    Problem::new(format!("{PATH}.model"), "model name is empty")
+                        .hint("leave it out for all-MiniLM-L6-v2"),
+                );
+                DEFAULT_LOCAL_MODEL.to_owned()
+            }
+            None => DEFAULT_LOCAL_MODEL.to_owned(),
+        };
+        let weight = match file.blend_weight {
+            None => None,
+            Some(weight) if weight > 0.0 && weight < 1.0 => Some(weight as f32),
+            Some(weight) => {
+                self.problems.push(
+                    Problem::new(
+                        format!("{PATH}.blend_weight"),
+                        format!("blend_weight lies strictly between 0 and 1, got {weight}"),
+                    )
+                    .hint("set blend = \"none\" to search with the model alone"),
+                );
+                None
+            }
+        };
+        let blend = match file.blend.as_deref().map(str::trim) {
+            // The default blend is tuned for the default model; another model gets none.
+            None if is_default_local_model(&model) => Some(LocalBlend {
+                weight: weight.unwrap_or(DEFAULT_BLEND_WEIGHT),
+                ..LocalBlend::default()
+            }),
+            None => weight.map(|weight| LocalBlend {
+                weight,
+                ..LocalBlend::default()
+            }),
+            Some(name) if name.eq_ignore_ascii_case("none") => {
+                if file.blend_weight.is_some() {
+                    self.problems.push(
+                        Problem::new(
+                            format!("{PATH}.blend_weight"),
+                            "blend_weight is set but blend is \"none\"",
+                        )
+                        .hint("remove one of the two"),
+                    );
+                }
+                None
+            }
+            Some("") => {
+                self.problems.push(
+                    Problem::new(format!("{PATH}.blend"), "blend model name is empty")
+                        .hint("a local model such as \"potion-base-8M\", or \"none\""),
+                );
+                None
+            }
+            Some(name) => Some(LocalBlend {
+                model: name.to_owned(),
+                weight: weight.unwrap_or(DEFAULT_BLEND_WEIGHT),
+            }),
+        };
+        EmbedderConfig::Local {
+            model,
+            path: file.path.map(|p| self.base_dir.join(p)),
+            blend,
         }
     }
 
@@ -1638,17 +1694,17 @@ strategy = "bm25"
 
     #[test]
     fn retrieval_and_store_settings_resolve_with_defaults() {
-        expect![[r#"Hybrid balance=60 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None } store=None"#]]
+        expect![[r#"Hybrid balance=65 min_similarity=None embedder=Local { model: "all-MiniLM-L6-v2", path: None, blend: Some(LocalBlend { model: "potion-base-8M", weight: 0.3 }) } store=None"#]]
             .assert_eq(&retrieval_summary(""));
-        expect![[r#"Hybrid balance=70 min_similarity=Some(0.25) embedder=Local { model: "e5", path: Some("/etc/mcpgw/models/e5") } store=Some("/etc/mcpgw/state/mcpgw.db")"#]]
+        expect![[r#"Hybrid balance=70 min_similarity=Some(0.25) embedder=Local { model: "e5", path: Some("/etc/mcpgw/models/e5"), blend: None } store=Some("/etc/mcpgw/state/mcpgw.db")"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"hybrid\"\nbalance = 70\nmin_similarity = 0.25\n[retrieval.embedder]\ntype = \"local\"\nmodel = \"e5\"\npath = \"models/e5\"\n[store]\npath = \"state/mcpgw.db\"\n",
             ));
-        expect![[r#"Vector balance=60 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
+        expect![[r#"Vector balance=65 min_similarity=None embedder=Remote(RemoteEmbedderConfig { base_url: Url { scheme: "https", cannot_be_a_base: false, username: "", password: None, host: Some(Domain("api.openai.com")), port: None, path: "/v1", query: None, fragment: None }, model: "text-embedding-3-small", api_key_env: Some("OPENAI_API_KEY"), batch_size: 16, timeout: 30s, retries: 3, dimensions: None }) store=None"#]]
             .assert_eq(&retrieval_summary(
                 "[retrieval]\nstrategy = \"vector\"\n[retrieval.embedder]\ntype = \"remote\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"text-embedding-3-small\"\napi_key_env = \"OPENAI_API_KEY\"\nbatch_size = 16\n",
             ));
-        expect!["Hybrid balance=60 min_similarity=None embedder=None store=None"].assert_eq(
+        expect!["Hybrid balance=65 min_similarity=None embedder=None store=None"].assert_eq(
             &retrieval_summary("[retrieval.embedder]\ntype = \"none\"\n"),
         );
     }
@@ -1664,10 +1720,45 @@ strategy = "bm25"
         let fields = |text: &str| {
             parse_toml(text, Path::new("mcpgw.toml")).map(|config| config.retrieval.field_vectors)
         };
-        assert!(!fields("").expect("default"));
-        assert!(fields("[retrieval]\nfield_vectors = true\n").expect("on"));
+        assert!(fields("").expect("default"));
+        assert!(!fields("[retrieval]\nfield_vectors = false\n").expect("off"));
         assert_eq!(splade("[retrieval]\nsplade = true\n"), Ok(true));
         assert!(splade("[retrieval]\nsplade = 1\n").is_err());
+    }
+
+    #[test]
+    fn the_default_model_is_blended_with_potion_unless_told_otherwise() {
+        let blend = |text: &str| {
+            parse_toml(text, Path::new("mcpgw.toml"))
+                .map(|config| match config.retrieval.embedder {
+                    EmbedderConfig::Local { blend, .. } => format!("{blend:?}"),
+                    other => format!("not local: {other:?}"),
+                })
+                .unwrap_or_else(|err| err.to_string())
+        };
+        let local = |keys: &str| blend(&format!("[retrieval.embedder]\ntype = \"local\"\n{keys}"));
+        let default = r#"Some(LocalBlend { model: "potion-base-8M", weight: 0.3 })"#;
+        assert_eq!(blend(""), default);
+        assert_eq!(local(""), default);
+        assert_eq!(local("model = \"MiniLM\"\n"), default);
+        // The default blend is tuned for MiniLM: another model gets none unless asked.
+        assert_eq!(local("model = \"e5\"\n"), "None");
+        assert_eq!(
+            local("model = \"e5\"\nblend = \"potion\"\n"),
+            r#"Some(LocalBlend { model: "potion", weight: 0.3 })"#
+        );
+        assert_eq!(
+            local("blend_weight = 0.5\n"),
+            r#"Some(LocalBlend { model: "potion-base-8M", weight: 0.5 })"#
+        );
+        assert_eq!(local("blend = \"None\"\n"), "None");
+        expect![[r#"
+            invalid configuration (2 problems):
+              3:1: retrieval.embedder.blend: blend model name is empty (hint: a local model such as "potion-base-8M", or "none")
+              4:1: retrieval.embedder.blend_weight: blend_weight lies strictly between 0 and 1, got 1 (hint: set blend = "none" to search with the model alone)"#]].assert_eq(&local("blend = \" \"\nblend_weight = 1.0\n"));
+        expect![[r#"
+            invalid configuration (1 problem):
+              4:1: retrieval.embedder.blend_weight: blend_weight is set but blend is "none" (hint: remove one of the two)"#]].assert_eq(&local("blend = \"none\"\nblend_weight = 0.2\n"));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //!   potion-base-8M (model2vec). Weights are found on disk (configured path, the project cache
 //!   filled by `scripts/fetch-models.sh`, the Hugging Face cache) and verified by sha256.
 //! - [`remote`]: any OpenAI-compatible `/embeddings` endpoint.
+//! - [`Blend`]: two embedders as one, whose vectors compare by a weighted sum of the two
+//!   models' cosines (the default pairs MiniLM with potion-base-8M).
 //!
 //! Heavy dependencies (candle, tokenizers) live here so the rest of the workspace compiles
 //! fast.
@@ -17,8 +19,11 @@
 //! - A missing model is an error value for the caller to act on (mcpgw then runs BM25-only);
 //!   nothing here panics on a missing or corrupt file.
 
+mod blend;
 pub mod local;
 pub mod remote;
+
+pub use blend::{Blend, blend_vectors};
 
 use futures::future::BoxFuture;
 
@@ -48,7 +53,8 @@ pub trait Embedder: Send + Sync {
 /// Whether the model behind an [`Embedder::id`] understands Chinese, Japanese and Korean.
 /// The local all-MiniLM-L6-v2 and potion-base-8M are English-only (MiniLM's vocabulary has a
 /// few hundred CJK characters; most Chinese text becomes `[UNK]`). Remote models are assumed
-/// multilingual, as most hosted embedding models are.
+/// multilingual, as most hosted embedding models are. A [`Blend`]'s id names both of its
+/// models, so a blend handles CJK only when both do.
 pub fn handles_cjk(model_id: &str) -> bool {
     !(model_id.contains("all-MiniLM") || model_id.contains("potion"))
 }

@@ -46,8 +46,62 @@ const QUERIES: [&str; 6] = [
     "find recent news about electric cars",
 ];
 
-/// The models the hybrid figures are for: the default and the static tier.
-const MODELS: [LocalModel; 2] = [LocalModel::MiniLmL6V2, LocalModel::PotionBase8M];
+/// The embedders the hybrid figures are for: the default (MiniLM blended with potion-base-8M),
+/// MiniLM alone, and the static tier alone.
+#[derive(Clone, Copy, Debug)]
+enum Model {
+    Blend,
+    Alone(LocalModel),
+}
+
+const MODELS: [Model; 3] = [
+    Model::Blend,
+    Model::Alone(LocalModel::MiniLmL6V2),
+    Model::Alone(LocalModel::PotionBase8M),
+];
+
+impl std::fmt::Display for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Model::Blend => write!(f, "MiniLM+potion (default)"),
+            Model::Alone(model) => write!(f, "{model}"),
+        }
+    }
+}
+
+impl Model {
+    fn parts(self) -> Vec<LocalModel> {
+        match self {
+            Model::Blend => vec![LocalModel::MiniLmL6V2, LocalModel::PotionBase8M],
+            Model::Alone(model) => vec![model],
+        }
+    }
+
+    /// The embedder as the gateway loads it with the default configuration.
+    fn load(self) -> Arc<dyn Embedder> {
+        let load = |model| local::load(model, None).expect("model listed as installed loads");
+        match self {
+            Model::Blend => {
+                let blend = embed::Blend::new(
+                    load(LocalModel::MiniLmL6V2),
+                    load(LocalModel::PotionBase8M),
+                    config::DEFAULT_BLEND_WEIGHT,
+                )
+                .expect("the default weight");
+                Arc::new(blend)
+            }
+            Model::Alone(model) => load(model),
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Model::Blend => 0,
+            Model::Alone(LocalModel::PotionBase8M) => 2,
+            Model::Alone(_) => 1,
+        }
+    }
+}
 
 #[divan::bench(args = SIZES, sample_count = 3, sample_size = 1)]
 fn build_catalog(bencher: Bencher, size: usize) {
@@ -98,7 +152,7 @@ fn search_bm25_without_feedback(bencher: Bencher, size: usize) {
 
 /// Embedding the query and the hybrid search, as one `search_tools` call pays for them.
 #[divan::bench(consts = SIZES, args = installed())]
-fn search_hybrid_with_embedding<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
+fn search_hybrid_with_embedding<const SIZE: usize>(bencher: Bencher, model: Model) {
     let (embedder, catalog) = with_vectors(model, SIZE);
     let next = AtomicUsize::new(0);
     embed_query(&*embedder, QUERIES[0]); // warm-up: the first call allocates
@@ -112,18 +166,18 @@ fn search_hybrid_with_embedding<const SIZE: usize>(bencher: Bencher, model: Loca
 
 /// The ranking part alone, query already embedded: what fusion and the vector scan cost.
 #[divan::bench(consts = SIZES, args = installed())]
-fn search_hybrid_embedded<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
+fn search_hybrid_embedded<const SIZE: usize>(bencher: Bencher, model: Model) {
     search_embedded(bencher, model, SIZE, false);
 }
 
 /// The same with rank fusion (RRF at its balance, 45): what score fusion costs against it.
 #[divan::bench(consts = SIZES, args = installed())]
-fn search_hybrid_embedded_by_ranks<const SIZE: usize>(bencher: Bencher, model: LocalModel) {
+fn search_hybrid_embedded_by_ranks<const SIZE: usize>(bencher: Bencher, model: Model) {
     search_embedded(bencher, model, SIZE, true);
 }
 
 /// Hybrid search of queries embedded beforehand, with the defaults or with rank fusion.
-fn search_embedded(bencher: Bencher, model: LocalModel, size: usize, by_ranks: bool) {
+fn search_embedded(bencher: Bencher, model: Model, size: usize, by_ranks: bool) {
     let (embedder, catalog) = with_vectors(model, size);
     let embedded: Vec<(String, Vec<f32>)> = QUERIES
         .iter()
@@ -213,16 +267,15 @@ fn catalog(size: usize) -> &'static Catalog {
 }
 
 /// The model and a catalog of `size` tools with vectors of its dimension, built once.
-fn with_vectors(model: LocalModel, size: usize) -> (Arc<dyn Embedder>, &'static Catalog) {
+fn with_vectors(model: Model, size: usize) -> (Arc<dyn Embedder>, &'static Catalog) {
     type Slot = OnceLock<(Arc<dyn Embedder>, Catalog)>;
-    static MINILM: [Slot; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    static POTION: [Slot; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
-    let slots = match model {
-        LocalModel::PotionBase8M => &POTION,
-        _ => &MINILM,
-    };
-    let (embedder, catalog) = slots[slot(size)].get_or_init(|| {
-        let embedder = local::load(model, None).expect("model listed as installed loads");
+    static SLOTS: [[Slot; 3]; 3] = [
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()],
+    ];
+    let (embedder, catalog) = SLOTS[model.slot()][slot(size)].get_or_init(|| {
+        let embedder = model.load();
         let vectors = random_unit_vectors(size, embedder.dim());
         let catalog = catalog(size)
             .clone()
@@ -237,15 +290,20 @@ fn slot(size: usize) -> usize {
     SIZES.iter().position(|&s| s == size).unwrap_or(0)
 }
 
-fn installed() -> Vec<LocalModel> {
+fn installed() -> Vec<Model> {
     MODELS
         .into_iter()
-        .filter(|&model| match local::model_status(model) {
-            Ok(_) => true,
-            Err(error) => {
-                eprintln!("skipping {model}: {error} (run scripts/fetch-models.sh)");
-                false
-            }
+        .filter(|model| {
+            model
+                .parts()
+                .into_iter()
+                .all(|part| match local::model_status(part) {
+                    Ok(_) => true,
+                    Err(error) => {
+                        eprintln!("skipping {model}: {error} (run scripts/fetch-models.sh)");
+                        false
+                    }
+                })
         })
         .collect()
 }

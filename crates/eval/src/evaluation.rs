@@ -117,10 +117,23 @@ impl Progress for Silent {
     fn finish(&self) {}
 }
 
-/// What vector strategies need: an embedder and a cache for its vectors.
+/// What vector strategies need: an embedder and a cache for its vectors, and the model
+/// blended with it, if any.
 pub struct Semantic<'a> {
     pub embedder: &'a dyn Embedder,
     pub cache: &'a mut dyn EmbeddingCache,
+    pub blend: Option<SemanticBlend<'a>>,
+}
+
+/// A second model blended into the vectors as the gateway's `embed::Blend` does, with its own
+/// cache, so each model's vectors are reused by runs with other blends or none.
+pub struct SemanticBlend<'a> {
+    pub embedder: &'a dyn Embedder,
+    pub cache: &'a mut dyn EmbeddingCache,
+    /// The second model's weight, strictly between 0 and 1.
+    pub weight: f32,
+    /// The two embedders as one, for the per-query latency and the vectors' model id.
+    pub both: &'a dyn Embedder,
 }
 
 /// Evaluates `set`. `semantic` is the embedder, or why there is none (vector strategies are
@@ -418,7 +431,11 @@ async fn embed_set(
     progress: &dyn Progress,
     warnings: &mut Vec<String>,
 ) -> Result<(Catalog, Vec<QueryVectors>, EmbeddingReport), Error> {
-    let Semantic { embedder, cache } = semantic;
+    let Semantic {
+        embedder,
+        cache,
+        mut blend,
+    } = semantic;
     let fields = options
         .field_vectors
         .map(|_| catalog.embedding_fields(options.embedding_text.as_ref()));
@@ -440,11 +457,30 @@ async fn embed_set(
     if let (Some(fields), Some(weight)) = (&fields, options.field_vectors) {
         tools.vectors = fields.combine(tools.vectors, weight);
     }
+    if let Some(blend) = blend.as_mut() {
+        let mut other = embed_cached(
+            blend.embedder,
+            blend.cache,
+            &texts,
+            TextKind::Passage,
+            options.batch_size,
+            progress,
+            warnings,
+        )
+        .await?;
+        if let (Some(fields), Some(weight)) = (&fields, options.field_vectors) {
+            other.vectors = fields.combine(other.vectors, weight);
+        }
+        tools.vectors = embed::blend_vectors(&tools.vectors, &other.vectors, blend.weight);
+        tools.add(&other);
+    }
+    // The model the vectors are from, as the gateway names it.
+    let model = blend.as_ref().map_or(embedder, |blend| blend.both);
 
     let started = Instant::now();
     let with_vectors = catalog
         .clone()
-        .with_vectors(embedder.id().to_string(), tools.vectors)
+        .with_vectors(model.id().to_string(), tools.vectors)
         .map_err(Error::Vectors)?;
     let vector_build = started.elapsed();
 
@@ -460,7 +496,7 @@ async fn embed_set(
         .iter()
         .flat_map(|texts| texts.iter().take(per_query(texts)).cloned())
         .collect();
-    let embedded = embed_cached(
+    let mut embedded = embed_cached(
         embedder,
         cache,
         &query_texts,
@@ -470,17 +506,31 @@ async fn embed_set(
         warnings,
     )
     .await?;
+    if let Some(blend) = blend.as_mut() {
+        let other = embed_cached(
+            blend.embedder,
+            blend.cache,
+            &query_texts,
+            TextKind::Query,
+            options.batch_size,
+            progress,
+            warnings,
+        )
+        .await?;
+        embedded.vectors = embed::blend_vectors(&embedded.vectors, &other.vectors, blend.weight);
+        embedded.add(&other);
+    }
 
     let wholes: Vec<String> = queries
         .iter()
         .filter_map(|texts| texts.first().cloned())
         .take(options.latency_sample)
         .collect();
-    let single = embedding_latencies(embedder, &wholes, progress).await?;
+    let single = embedding_latencies(model, &wholes, progress).await?;
 
     let report = EmbeddingReport {
-        model: embedder.id().to_string(),
-        dim: embedder.dim(),
+        model: model.id().to_string(),
+        dim: model.dim(),
         tools: tools.distinct,
         tools_cached: tools.cached,
         tools_embed_ms: millis(tools.elapsed),
@@ -529,6 +579,15 @@ struct Embedded {
     cached: usize,
     /// Time spent embedding the others.
     elapsed: Duration,
+}
+
+impl Embedded {
+    /// Counts in the blend model's pass over the same texts: its time adds up, and a text
+    /// counts as cached only as far as both passes found theirs (at most the smaller count).
+    fn add(&mut self, other: &Embedded) {
+        self.cached = self.cached.min(other.cached);
+        self.elapsed += other.elapsed;
+    }
 }
 
 /// Flush the cache after this many new vectors, so an interrupted run keeps most of its work.

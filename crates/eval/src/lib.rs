@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 pub use cache::{CacheKey, EmbeddingCache, FileCache, MemoryCache};
 pub use dataset::{Dataset, Query, ToolRef};
-pub use evaluation::{Options, Progress, Semantic, Silent, SpladeRun, evaluate};
+pub use evaluation::{Options, Progress, Semantic, SemanticBlend, Silent, SpladeRun, evaluate};
 pub use metrics::Metrics;
 pub use report::{
     EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, Report, SetReport, Settings,

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use catalog::Strategy;
 use embed::{EmbedError, Embedder, TextKind};
+use eval::cache::EmbeddingCache;
 use eval::{
-    Dataset, FileCache, MemoryCache, Options, Outcome, Semantic, SetReport, Silent, evaluate,
+    Dataset, FileCache, MemoryCache, Options, Outcome, Semantic, SemanticBlend, SetReport, Silent,
+    evaluate,
 };
 use expect_test::expect;
 use futures::future::BoxFuture;
@@ -168,6 +170,7 @@ fn hybrid_recovers_the_query_bm25_misses() {
     let semantic = Semantic {
         embedder: &embedder,
         cache: &mut cache,
+        blend: None,
     };
     let report =
         futures::executor::block_on(evaluate(&set, &Options::default(), Ok(semantic), &Silent));
@@ -188,6 +191,52 @@ fn hybrid_recovers_the_query_bm25_misses() {
 }
 
 #[test]
+fn a_blend_embeds_with_both_models_each_in_its_own_cache_and_names_both() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_set(dir.path());
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let (first, second) = (WordEmbedder::new(), WordEmbedder::new());
+    let both = embed::Blend::new(
+        std::sync::Arc::new(WordEmbedder::new()),
+        std::sync::Arc::new(WordEmbedder::new()),
+        0.5,
+    )
+    .expect("blend");
+    let (mut first_cache, mut second_cache) = (MemoryCache::default(), MemoryCache::default());
+    let semantic = Semantic {
+        embedder: &first,
+        cache: &mut first_cache,
+        blend: Some(SemanticBlend {
+            embedder: &second,
+            cache: &mut second_cache,
+            weight: 0.5,
+            both: &both,
+        }),
+    };
+    let options = Options {
+        latency_sample: 0,
+        ..Options::default()
+    };
+    let report = futures::executor::block_on(evaluate(&set, &options, Ok(semantic), &Silent));
+    // Each model embedded the 3 tools and 4 queries once, into its own cache.
+    assert_eq!(first.texts.load(Ordering::SeqCst), 3 + 4);
+    assert_eq!(second.texts.load(Ordering::SeqCst), 3 + 4);
+    assert_eq!((first_cache.len(), second_cache.len()), (7, 7));
+    let embedding = report.embedding.as_ref().expect("embedded");
+    assert_eq!(
+        (embedding.model.as_str(), embedding.dim),
+        ("test/words+test/words@0.5", 64)
+    );
+    // The same model twice blends to the same cosines: the ranking is the model's own.
+    let summary = summary(&report);
+    let hybrid = summary
+        .lines()
+        .find(|l| l.starts_with("hybrid"))
+        .expect("hybrid line");
+    assert!(hybrid.contains("r@10 100 "), "{summary}");
+}
+
+#[test]
 fn second_run_takes_every_vector_from_the_file_cache() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache_dir = tempfile::tempdir().expect("cache dir");
@@ -203,6 +252,7 @@ fn second_run_takes_every_vector_from_the_file_cache() {
         let semantic = Semantic {
             embedder,
             cache: &mut cache,
+            blend: None,
         };
         futures::executor::block_on(evaluate(&set, &options, Ok(semantic), &Silent))
     };

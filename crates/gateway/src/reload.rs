@@ -403,7 +403,7 @@ path = "/tmp/x.db"
 allow = ["10.0.0.0/8"]
 [retrieval]
 splade = true
-field_vectors = true
+field_vectors = false
 [retrieval.embedder]
 type = "none"
 [limits]

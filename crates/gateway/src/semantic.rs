@@ -52,8 +52,8 @@ impl Semantic {
                 );
                 return None;
             }
-            config::EmbedderConfig::Local { model, path } => {
-                load_local(model.clone(), path.clone()).await
+            config::EmbedderConfig::Local { model, path, blend } => {
+                load_local(model.clone(), path.clone(), blend.clone()).await
             }
             config::EmbedderConfig::Remote(remote) => connect_remote(remote, network).await?,
         };
@@ -217,18 +217,51 @@ async fn load_splade() -> Option<Splade> {
 }
 
 /// Loads a local model; reading and verifying ~100 MB stays off the async threads.
+/// Loads a local model, blended with `blend`'s model when asked for ([`embed::Blend`]). A
+/// blend model that cannot be loaded leaves the first model alone, with a warning: the blend
+/// refines search, and its absence must not cost the vectors.
 async fn load_local(
     model: String,
     path: Option<std::path::PathBuf>,
+    blend: Option<config::LocalBlend>,
 ) -> Result<Arc<dyn Embedder>, String> {
     tokio::task::spawn_blocking(move || {
-        let kind: embed::local::LocalModel = model
-            .parse()
-            .map_err(|e: embed::local::UnknownModel| e.to_string())?;
-        embed::local::load(kind, path.as_deref()).map_err(|e| e.to_string())
+        let first = load_local_model(&model, path.as_deref())?;
+        let Some(blend) = blend else {
+            return Ok(first);
+        };
+        let second = match load_local_model(&blend.model, None) {
+            Ok(second) => second,
+            Err(reason) => {
+                tracing::warn!(
+                    blend = %blend.model,
+                    %reason,
+                    "the blend model did not load; searching with {} alone (scripts/fetch-models.sh installs it)",
+                    first.id()
+                );
+                return Ok(first);
+            }
+        };
+        match embed::Blend::new(first.clone(), second, blend.weight) {
+            Ok(blended) => Ok(Arc::new(blended) as Arc<dyn Embedder>),
+            Err(error) => {
+                tracing::warn!(%error, "cannot blend the models; searching with {} alone", first.id());
+                Ok(first)
+            }
+        }
     })
     .await
     .unwrap_or_else(|e| Err(format!("model loader crashed: {e}")))
+}
+
+fn load_local_model(
+    model: &str,
+    path: Option<&std::path::Path>,
+) -> Result<Arc<dyn Embedder>, String> {
+    let kind: embed::local::LocalModel = model
+        .parse()
+        .map_err(|e: embed::local::UnknownModel| e.to_string())?;
+    embed::local::load(kind, path).map_err(|e| e.to_string())
 }
 
 /// Connects a remote embedder under the global network policy. `None`: refused or not
