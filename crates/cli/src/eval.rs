@@ -454,6 +454,10 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                         if s.cjk { " cjk" } else { "" }
                     )
                 }),
+                blend: blend
+                    .as_ref()
+                    .map(|(second, _)| format!("{}@{}", second.id(), args.blend_weight)),
+                field_vectors: needs_vectors.then_some(options.field_vectors).flatten(),
             },
             sets: reports,
         };

@@ -39,6 +39,13 @@ pub struct Settings {
     /// `--splade` (`on weight=0.5`, `alone ...`); absent when off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub splade: Option<String>,
+    /// The model blended into the vectors and its weight (`potion-base-8M@0.3`); absent when
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blend: Option<String>,
+    /// The head's weight when tools' heads and parameters are embedded apart; absent when off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field_vectors: Option<f32>,
 }
 
 /// One set, every strategy.

@@ -146,6 +146,11 @@ fn tool_embeddings_are_cached_across_restarts() {
         "every text embedded once:\n{first_log}"
     );
     assert!(embedded > tools, "heads and parameters apart:\n{first_log}");
+    // The default embedder: MiniLM blended with potion-base-8M.
+    assert!(
+        first_log.contains("local/all-MiniLM-L6-v2+local/potion-base-8M@0.3"),
+        "{first_log}"
+    );
     let (second, second_log) = search();
     assert_eq!(first, second, "same ranking after a restart");
     assert!(
@@ -174,6 +179,48 @@ fn missing_model_degrades_to_bm25_and_says_so() {
     assert_eq!(hits[0]["name"], "time__convert_time", "{hits:?}");
     assert!(stderr.contains("no embedding model available"), "{stderr}");
     assert!(stderr.contains("served BM25"), "{stderr}");
+}
+
+#[test]
+fn a_missing_blend_model_leaves_minilm_alone_and_says_so() {
+    // Only MiniLM is where the loader looks: the default blend's potion-base-8M is missing.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let minilm = embed::local::model_status(embed::local::LocalModel::MiniLmL6V2)
+        .expect("all-MiniLM-L6-v2 is installed (scripts/fetch-models.sh)");
+    std::os::unix::fs::symlink(&minilm, scratch.path().join("all-MiniLM-L6-v2")).expect("link");
+    let empty = tempfile::tempdir().expect("tempdir");
+    let config = hybrid_config();
+    let path = config.path.display().to_string();
+    let output = std::process::Command::new(mcpgw())
+        .args([
+            "search",
+            "what time is it in Tokyo",
+            "--json",
+            "--config",
+            &path,
+        ])
+        .env("RUST_LOG", "info")
+        .env("MCPGW_MODEL_DIR", scratch.path())
+        .env("XDG_CACHE_HOME", empty.path())
+        .env("HF_HOME", empty.path())
+        .env("HOME", empty.path())
+        .output()
+        .expect("mcpgw search runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the blend model did not load") && stderr.contains("potion-base-8M"),
+        "{stderr}"
+    );
+    // Semantic search goes on with MiniLM alone, not BM25.
+    assert!(
+        stderr.contains("semantic search enabled model=local/all-MiniLM-L6-v2\n")
+            || stderr.contains("semantic search enabled model=\"local/all-MiniLM-L6-v2\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("served BM25"), "{stderr}");
+    let hits: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(hits[0]["server"], "time", "{hits:?}");
 }
 
 /// Embedding thousands of new tools takes minutes; the gateway must not sit silent meanwhile.
