@@ -454,25 +454,20 @@ async fn embed_set(
         warnings,
     )
     .await?;
+    // As the gateway's `embed::Blend` embedder does: each text blended, then the fields of a
+    // tool combined.
+    blend_in(
+        &mut tools,
+        blend.as_mut(),
+        &texts,
+        TextKind::Passage,
+        options.batch_size,
+        progress,
+        warnings,
+    )
+    .await?;
     if let (Some(fields), Some(weight)) = (&fields, options.field_vectors) {
         tools.vectors = fields.combine(tools.vectors, weight);
-    }
-    if let Some(blend) = blend.as_mut() {
-        let mut other = embed_cached(
-            blend.embedder,
-            blend.cache,
-            &texts,
-            TextKind::Passage,
-            options.batch_size,
-            progress,
-            warnings,
-        )
-        .await?;
-        if let (Some(fields), Some(weight)) = (&fields, options.field_vectors) {
-            other.vectors = fields.combine(other.vectors, weight);
-        }
-        tools.vectors = embed::blend_vectors(&tools.vectors, &other.vectors, blend.weight);
-        tools.add(&other);
     }
     // The model the vectors are from, as the gateway names it.
     let model = blend.as_ref().map_or(embedder, |blend| blend.both);
@@ -506,21 +501,16 @@ async fn embed_set(
         warnings,
     )
     .await?;
-    if let Some(blend) = blend.as_mut() {
-        let other = embed_cached(
-            blend.embedder,
-            blend.cache,
-            &query_texts,
-            TextKind::Query,
-            options.batch_size,
-            progress,
-            warnings,
-        )
-        .await?;
-        embedded.vectors = embed::blend_vectors(&embedded.vectors, &other.vectors, blend.weight);
-        embedded.add(&other);
-    }
-
+    blend_in(
+        &mut embedded,
+        blend.as_mut(),
+        &query_texts,
+        TextKind::Query,
+        options.batch_size,
+        progress,
+        warnings,
+    )
+    .await?;
     let wholes: Vec<String> = queries
         .iter()
         .filter_map(|texts| texts.first().cloned())
@@ -547,6 +537,35 @@ async fn embed_set(
         .map(|texts| vectors.by_ref().take(per_query(texts)).collect())
         .collect();
     Ok((with_vectors, grouped, report))
+}
+
+/// Blends the blend model's vectors of `texts` (through its own cache) into `embedded`'s, when
+/// there is a blend.
+async fn blend_in(
+    embedded: &mut Embedded,
+    blend: Option<&mut SemanticBlend<'_>>,
+    texts: &[String],
+    kind: TextKind,
+    batch_size: usize,
+    progress: &dyn Progress,
+    warnings: &mut Vec<String>,
+) -> Result<(), Error> {
+    let Some(blend) = blend else {
+        return Ok(());
+    };
+    let other = embed_cached(
+        blend.embedder,
+        blend.cache,
+        texts,
+        kind,
+        batch_size,
+        progress,
+        warnings,
+    )
+    .await?;
+    embedded.vectors = embed::blend_vectors(&embedded.vectors, &other.vectors, blend.weight);
+    embedded.add(&other);
+    Ok(())
 }
 
 /// Milliseconds to embed each of `sample` on its own, uncached: what a live `search_tools`
