@@ -13,7 +13,7 @@
 #              The issue 11 target is RSS after load <= 1.2x idle. Not in the default runs.
 #
 # Each run starts `mcpgw serve` on a free loopback port in its own process group, waits until
-# search is complete (the log's "search vectors ready", or "server ready" for bm25), reads VmRSS / VmHWM (peak) from /proc for the gateway and, labelled
+# search is complete (the log's "search vectors ready" for a non-empty catalog, or "server ready" for bm25), reads VmRSS / VmHWM (peak) from /proc for the gateway and, labelled
 # separately, the upstream Python child, makes one search_tools call over Streamable HTTP and
 # reads the gateway's memory again, then stops the gateway with SIGTERM to its process group.
 #
@@ -90,10 +90,11 @@ mib() {
     "/proc/$1/status" 2>/dev/null || printf -- "-"
 }
 
-# Seconds since the epoch of the first log line containing $2 (log timestamps are RFC 3339 UTC).
+# Seconds since the epoch of the first log line matching the extended regex $2 (log timestamps
+# are RFC 3339 UTC).
 log_time() {
   local ts
-  ts="$(grep -m1 -F "$2" "$1" | awk '{ print $1 }')" || true
+  ts="$(grep -m1 -E "$2" "$1" | awk '{ print $1 }')" || true
   [[ -n "$ts" ]] && date -d "$ts" +%s.%N || echo ""
 }
 
@@ -264,10 +265,12 @@ EOF
   # setsid: the gateway leads a new process group, so one SIGTERM to -PID reaches all of it.
   setsid "$BIN" serve --config "$cfg" --log info >/dev/null 2>"$log" &
   GW_PID=$!
-  local marker="search vectors ready"
+  # Vectors for a catalog that has the upstream's tools: before the upstream is connected the
+  # gateway reports vectors ready for its empty catalog (tools=0).
+  local marker="search vectors ready tools=[1-9]"
   [[ "$strategy" == bm25 ]] && marker="server ready"
   for ((i = 0; ; i++)); do
-    grep -qF "$marker" "$log" && break
+    grep -qE "$marker" "$log" && break
     if ! kill -0 "$GW_PID" 2>/dev/null; then
       wait "$GW_PID" && rc=0 || rc=$?
       GW_PID=""
