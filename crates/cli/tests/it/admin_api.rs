@@ -74,6 +74,19 @@ fn the_admin_api_shows_servers_tools_and_searches_of_a_running_gateway() {
     let everything = servers_show_state_cause_and_credential_source(port, &token, closed);
     tools_show_cost_pin_and_annotations(port, &token, &everything);
     bad_parameters_get_400_naming_them(port, &token);
+    // A search holds at most 10 s for the tool vectors; on a loaded machine embedding every
+    // tool's head and parameters with both models can take longer, so wait for them here.
+    wait_until(
+        "the tool vectors",
+        std::time::Duration::from_secs(120),
+        || {
+            gateway
+                .log_text()
+                .split("search vectors ready tools=")
+                .skip(1)
+                .any(|rest| !rest.starts_with('0'))
+        },
+    );
     search_shows_each_strategy_with_the_ranks_behind_each_hit(port, &token);
 }
 
