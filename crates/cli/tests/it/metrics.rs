@@ -355,8 +355,11 @@ fn embedding_runs_count_cache_hits_and_misses_and_the_queue_drains() {
     wait_until("the embedding endpoint", Duration::from_secs(30), || {
         crate::harness::port_open(port)
     });
+    // One text per tool (`field_vectors = false`), so the counts below are tools; with field
+    // vectors a tool with parameters is two texts, and the parameter lines of `clock` below
+    // would come from `time`'s in the cache.
     let gateway = Gateway::start(write_config(&format!(
-        "[retrieval]\nstrategy = \"vector\"\n\n[retrieval.embedder]\ntype = \"remote\"\n\
+        "[retrieval]\nstrategy = \"vector\"\nfield_vectors = false\n\n[retrieval.embedder]\ntype = \"remote\"\n\
          base_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"slow\"\ntimeout_s = 60\n\n{}",
         crate::harness::time_stdio_server("time")
     )));
