@@ -415,7 +415,13 @@ fn copies_of_ended_sessions_do_not_hold_the_session_cap_without_redis() {
 }
 
 fn servers_toml() -> String {
-    format!("{PASSTHROUGH}\n{}", everything_stdio_server("everything"))
+    // BM25: these tests are about sessions and failover, and three replicas each loading two
+    // embedding models and embedding their tools at start would only load the machine under
+    // the timing-sensitive ones.
+    format!(
+        "{PASSTHROUGH}\n[retrieval]\nstrategy = \"bm25\"\n\n{}",
+        everything_stdio_server("everything")
+    )
 }
 
 #[test]
