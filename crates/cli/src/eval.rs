@@ -343,10 +343,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
     };
     // The blend model, loaded only beside a model that loaded.
     let blend_model = match args.blend.as_deref().map(str::trim) {
-        None if config::is_default_local_model(&args.model) => {
-            Some(config::DEFAULT_BLEND_MODEL.to_owned())
-        }
-        None => None,
+        None => config::LocalBlend::default_for(&args.model, None).map(|blend| blend.model),
         Some(name) if name.eq_ignore_ascii_case("none") => None,
         Some(name) => Some(name.to_owned()),
     };

@@ -328,6 +328,23 @@ pub const DEFAULT_BLEND_MODEL: &str = "potion-base-8M";
 /// The default blend weight (see [`DEFAULT_BLEND_MODEL`]).
 pub const DEFAULT_BLEND_WEIGHT: f32 = 0.3;
 
+impl LocalBlend {
+    /// The blend `model` gets when the file names none: the default one with the default
+    /// model (at `weight`, else the default weight), none with any other unless a weight asks
+    /// for it.
+    pub fn default_for(model: &str, weight: Option<f32>) -> Option<LocalBlend> {
+        let weight = match weight {
+            Some(weight) => weight,
+            None if is_default_local_model(model) => DEFAULT_BLEND_WEIGHT,
+            None => return None,
+        };
+        Some(LocalBlend {
+            weight,
+            ..LocalBlend::default()
+        })
+    }
+}
+
 impl Default for LocalBlend {
     fn default() -> Self {
         LocalBlend {

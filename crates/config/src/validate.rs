@@ -22,7 +22,7 @@ use crate::{
     DEFAULT_BLEND_WEIGHT, DEFAULT_LOCAL_MODEL, EmbedderConfig, GatewayConfig, HeaderAuth,
     HttpTransport, LocalBlend, NetworkConfig, OAuthConfig, PostgresUrl, Problem, RedisUrl,
     RemoteEmbedderConfig, Replicas, RetrievalConfig, ServerConfig, ServerName, StdioTransport,
-    StoreConfig, Transport, Value, is_default_local_model,
+    StoreConfig, Transport, Value,
 };
 
 pub(crate) const DEFAULT_TIMEOUT_S: u64 = 30;
@@ -298,14 +298,7 @@ impl Validator {
         };
         let blend = match file.blend.as_deref().map(str::trim) {
             // The default blend is tuned for the default model; another model gets none.
-            None if is_default_local_model(&model) => Some(LocalBlend {
-                weight: weight.unwrap_or(DEFAULT_BLEND_WEIGHT),
-                ..LocalBlend::default()
-            }),
-            None => weight.map(|weight| LocalBlend {
-                weight,
-                ..LocalBlend::default()
-            }),
+            None => LocalBlend::default_for(&model, weight),
             Some(name) if name.eq_ignore_ascii_case("none") => {
                 if file.blend_weight.is_some() {
                     self.problems.push(
