@@ -131,7 +131,7 @@ impl Cluster {
 }
 
 /// The round-robin proxy: each request to the next replica (skipping one that refuses
-/// connections), bodies streamed both ways. Counts the requests each replica was sent.
+/// connections or failed a request in the last [`DOWN_FOR`]), bodies streamed both ways. Counts the requests each replica was sent.
 struct RoundRobin {
     port: u16,
     sent: Arc<Vec<AtomicUsize>>,
@@ -144,6 +144,30 @@ struct Backends {
     next: AtomicUsize,
     sent: Arc<Vec<AtomicUsize>>,
     http: reqwest::Client,
+    /// Per replica, until when (milliseconds after `epoch`) it is skipped: a passive health
+    /// check, as a load balancer's (nginx `max_fails=1`, HAProxy `observe layer4`). Without
+    /// it a pooled keep-alive connection to a killed replica takes a second request before
+    /// the first failure is seen, and one client can lose two calls to one kill.
+    down_until: Vec<std::sync::atomic::AtomicU64>,
+    epoch: Instant,
+}
+
+/// How long a replica that failed a request is skipped.
+const DOWN_FOR: Duration = Duration::from_secs(5);
+
+impl Backends {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn is_down(&self, index: usize) -> bool {
+        self.down_until[index].load(Ordering::Acquire) > self.now_ms()
+    }
+
+    fn mark_down(&self, index: usize) {
+        let until = self.now_ms() + u64::try_from(DOWN_FOR.as_millis()).unwrap_or(u64::MAX);
+        self.down_until[index].store(until, Ordering::Release);
+    }
 }
 
 async fn forward(
@@ -158,8 +182,10 @@ async fn forward(
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let count = backends.ports.len();
     let first = backends.next.fetch_add(1, Ordering::Relaxed);
-    for attempt in 0..count {
-        let index = (first + attempt) % count;
+    // Replicas up first, then (if every one is down) the others anyway.
+    let order = (0..count).map(|attempt| (first + attempt) % count);
+    let (up, down): (Vec<usize>, Vec<usize>) = order.partition(|&index| !backends.is_down(index));
+    for index in up.into_iter().chain(down) {
         let mut out = backends.http.request(
             parts.method.clone(),
             format!("http://127.0.0.1:{}{path}", backends.ports[index]),
@@ -185,8 +211,12 @@ async fn forward(
                     .unwrap_or_else(|_| axum::http::StatusCode::BAD_GATEWAY.into_response());
             }
             // Nothing reached the replica: the next one gets the request.
-            Err(error) if error.is_connect() => continue,
+            Err(error) if error.is_connect() => {
+                backends.mark_down(index);
+                continue;
+            }
             Err(error) => {
+                backends.mark_down(index);
                 return (
                     axum::http::StatusCode::BAD_GATEWAY,
                     format!("replica failed: {error}"),
@@ -202,10 +232,13 @@ impl RoundRobin {
     fn start(ports: Vec<u16>) -> RoundRobin {
         let sent: Arc<Vec<AtomicUsize>> =
             Arc::new(ports.iter().map(|_| AtomicUsize::new(0)).collect());
+        let down_until = ports.iter().map(|_| Default::default()).collect();
         let backends = Arc::new(Backends {
             ports,
             next: AtomicUsize::new(0),
             sent: sent.clone(),
+            down_until,
+            epoch: Instant::now(),
             http: reqwest::Client::builder()
                 .no_proxy()
                 .build()
