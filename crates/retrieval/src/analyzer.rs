@@ -177,7 +177,7 @@ fn classify(c: char) -> Class {
     }
 }
 
-fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c,
         '\u{1100}'..='\u{11FF}'     // Hangul Jamo
         | '\u{2E80}'..='\u{2FDF}'   // CJK radicals, Kangxi radicals
