@@ -1136,6 +1136,46 @@ mod tests {
     }
 
     #[test]
+    fn a_chinese_request_measures_about_as_long_as_its_english_translation() {
+        // One of ultratool's parallel requests, as the catalog analyzes it. Before CJK text
+        // counted in words the Chinese measured 2.8 times the English on average, and
+        // adaptive fusion gave it the semantic weight of a request three times as long.
+        let index = Bm25Index::build_with(
+            &documents(TOOLS),
+            &Bm25Params::default(),
+            Analyzer {
+                stemming: Some(crate::Language::English),
+                stop_words: Some(crate::Language::English),
+                ..Analyzer::default()
+            },
+        );
+        let english = index.query_length(
+            "I need to create a file named meeting_notes.txt with the content \
+             \"Meeting notes of March 15, 2023\". And after the file is created, I also \
+             need to update the content to \"Department meeting notes of March 15, 2023\".",
+        );
+        let chinese = index.query_length(
+            "我需要创建一个名称为 meeting_notes.txt 的新文件，内容为 \"2023年3月15日会议记录\"。\
+             并且在文件创建后，我还需要更新内容为 \"2023年3月15日部门会议记录\"。",
+        );
+        let ratio = chinese as f32 / english as f32;
+        assert!((0.7..=1.4).contains(&ratio), "{chinese} / {english}");
+        let hybrid = crate::Hybrid {
+            balance: 65,
+            adaptive: Some(crate::Adaptive::default()),
+            ..crate::Hybrid::default()
+        };
+        let (zh, en) = (
+            hybrid.semantic_weight(chinese),
+            hybrid.semantic_weight(english),
+        );
+        assert!(
+            (zh - en).abs() <= 0.1,
+            "semantic weight {zh} (zh) against {en} (en)"
+        );
+    }
+
+    #[test]
     fn feedback_switched_off_is_the_plain_ranking() {
         let docs = documents(PAPERS);
         let index = Bm25Index::build(&docs, &Bm25Params::default());
