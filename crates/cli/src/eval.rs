@@ -54,6 +54,12 @@ pub(crate) struct Args {
     /// Evaluate only the first N queries of each set.
     #[arg(long)]
     limit: Option<usize>,
+    /// Take each ranking this deep (at least 10, which the metrics read): above 10, the JSON
+    /// gives each multi-need query's relevant tools' places (`ranks`) and, over the queries
+    /// with 3+ relevant tools, how many have all of them within 5, 10, 20, ... places
+    /// (`complete_within`).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(10..=1000))]
+    depth: u16,
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
@@ -323,6 +329,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
         },
         splade: splade(&args).await?,
         field_vectors: args.field_vectors.0,
+        depth: usize::from(args.depth),
         ..::eval::Options::default()
     };
 
@@ -455,6 +462,7 @@ pub(crate) async fn run(args: Args) -> Result<(), Failure> {
                     .as_ref()
                     .map(|(second, _)| format!("{}@{}", second.id(), args.blend_weight)),
                 field_vectors: needs_vectors.then_some(options.field_vectors).flatten(),
+                depth: (options.depth > 10).then_some(options.depth),
             },
             sets: reports,
         };

@@ -21,8 +21,8 @@ use crate::cache::{CacheKey, EmbeddingCache};
 use crate::dataset::{Dataset, Query};
 use crate::metrics::{DEPTH, Metrics, percentile};
 use crate::report::{
-    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, SetReport, SparseReport,
-    StrategyReport, Subset,
+    CompleteWithin, EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, SetReport,
+    SparseReport, StrategyReport, Subset,
 };
 
 /// How to evaluate.
@@ -63,6 +63,12 @@ pub struct Options {
     /// `w` this value. One vector per tool still, so the search costs what it did. `None`: one
     /// text per tool, as in the gateway.
     pub field_vectors: Option<f32>,
+    /// How many hits each search returns ([`SearchRequest::top_k`]); the metrics read the
+    /// first [`DEPTH`] (10), so more only adds where the relevant tools of multi-need
+    /// queries are placed ([`QueryNeeds::ranks`], [`Figures::complete_within`]). At least
+    /// [`DEPTH`]. Options that work on the returned places (`rerank.mmr`, `dedup`,
+    /// `per_server`) see this many.
+    pub depth: usize,
 }
 
 /// The sparse encoder and how its list joins the ranking ([`SparseQuery`]).
@@ -95,6 +101,7 @@ impl Default for Options {
             rerank: Rerank::default(),
             splade: None,
             field_vectors: None,
+            depth: DEPTH,
         }
     }
 }
@@ -694,6 +701,7 @@ fn run(
     let filter = Filter::default();
     let mut metrics = Vec::with_capacity(judged.len());
     let mut covered = Vec::with_capacity(judged.len());
+    let mut placed = Vec::with_capacity(judged.len());
     let mut latencies = Vec::with_capacity(judged.len());
     let mut degraded = 0;
     for (at, (_, relevant)) in judged.iter().enumerate() {
@@ -709,7 +717,7 @@ fn run(
             feedback: options.feedback,
             feedback_in_fusion: options.feedback_in_fusion,
             multilingual_vectors: catalog.vector_model().is_some_and(embed::handles_cjk),
-            top_k: DEPTH,
+            top_k: options.depth.max(DEPTH),
             filter: &filter,
             needs: texts.len() > 1,
             caution: options.caution,
@@ -735,13 +743,14 @@ fn run(
             .collect();
         metrics.push(Metrics::of(&ranking, relevant));
         covered.push(covered_at(&ranking, relevant, 5));
+        placed.push(ranks_of(&ranking, relevant));
         if at % 256 == 255 {
             progress.advance(256);
         }
     }
     progress.advance((judged.len() % 256) as u64);
 
-    let breakdown = Breakdown::of(judged, &metrics, &covered);
+    let breakdown = Breakdown::of(judged, &metrics, &covered, &placed, options.depth);
     Figures {
         metrics: Metrics::mean(&metrics).percent(),
         search_p50_us: percentile(&latencies, 0.5).map_or(0.0, round1),
@@ -750,6 +759,7 @@ fn run(
         by_relevant_count: breakdown.by_relevant_count,
         comp_at_5_3plus: breakdown.comp_at_5_3plus,
         needs_at_5: breakdown.needs_at_5,
+        complete_within: breakdown.complete_within,
         multi_need_queries: breakdown.multi_need_queries,
     }
 }
@@ -759,12 +769,20 @@ struct Breakdown {
     by_relevant_count: Vec<Subset>,
     comp_at_5_3plus: Option<f64>,
     needs_at_5: Vec<NeedsCovered>,
+    complete_within: Vec<CompleteWithin>,
     multi_need_queries: Vec<QueryNeeds>,
 }
 
 impl Breakdown {
-    /// `metrics[i]` and `covered[i]` (relevant tools in the top 5) belong to `queries[i]`.
-    fn of(queries: &[(&Query, HashSet<String>)], metrics: &[Metrics], covered: &[usize]) -> Self {
+    /// `metrics[i]`, `covered[i]` (relevant tools in the top 5) and `placed[i]` (the relevant
+    /// tools' places, within `depth`) belong to `queries[i]`.
+    fn of(
+        queries: &[(&Query, HashSet<String>)],
+        metrics: &[Metrics],
+        covered: &[usize],
+        placed: &[Vec<Option<usize>>],
+        depth: usize,
+    ) -> Self {
         let mut by_relevant_count = Vec::new();
         let mut comp_at_5_3plus = None;
         for (label, range) in [("1", 1..=1), ("2", 2..=2), ("3+", 3..=usize::MAX)] {
@@ -789,7 +807,7 @@ impl Breakdown {
         }
         let mut needs: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
         let mut multi_need_queries = Vec::new();
-        for ((query, relevant), &found) in queries.iter().zip(covered) {
+        for (((query, relevant), &found), ranks) in queries.iter().zip(covered).zip(placed) {
             if relevant.len() < 2 {
                 continue;
             }
@@ -801,8 +819,36 @@ impl Breakdown {
                 id: query.id.clone(),
                 relevant: relevant.len(),
                 covered_at_5: found,
+                ranks: (depth > DEPTH).then(|| ranks.clone()),
             });
         }
+        // Comp@k over the 3+ queries for every k the ranking reached: how much a better
+        // order of what was found could give, against what needs better recall.
+        let three_plus: Vec<&Vec<Option<usize>>> = queries
+            .iter()
+            .zip(placed)
+            .filter(|((_, relevant), _)| relevant.len() >= 3)
+            .map(|(_, ranks)| ranks)
+            .collect();
+        let complete_within = if three_plus.is_empty() || depth <= DEPTH {
+            Vec::new()
+        } else {
+            [5, 10, 20, 50, 100, 200]
+                .into_iter()
+                .filter(|&k| k <= depth)
+                .map(|k| {
+                    let complete = three_plus
+                        .iter()
+                        .filter(|ranks| ranks.iter().all(|r| r.is_some_and(|r| r <= k)))
+                        .count();
+                    CompleteWithin {
+                        k,
+                        queries: complete,
+                        percent: round1(complete as f64 * 100.0 / three_plus.len() as f64),
+                    }
+                })
+                .collect()
+        };
         let needs_at_5 = needs
             .into_iter()
             .map(|(relevant, covered)| {
@@ -821,6 +867,7 @@ impl Breakdown {
             by_relevant_count,
             comp_at_5_3plus,
             needs_at_5,
+            complete_within,
             multi_need_queries,
         }
     }
@@ -845,6 +892,21 @@ fn covered_at(ranking: &[&str], relevant: &HashSet<String>, k: usize) -> usize {
         .take(k)
         .filter(|tool| relevant.contains(**tool))
         .count()
+}
+
+/// The 1-based place of each relevant tool in `ranking` (repeats skipped), ascending, and
+/// `None` for each one `ranking` does not hold.
+fn ranks_of(ranking: &[&str], relevant: &HashSet<String>) -> Vec<Option<usize>> {
+    let mut seen = HashSet::new();
+    let mut ranks: Vec<Option<usize>> = ranking
+        .iter()
+        .filter(|tool| seen.insert(**tool))
+        .enumerate()
+        .filter(|(_, tool)| relevant.contains(**tool))
+        .map(|(at, _)| Some(at + 1))
+        .collect();
+    ranks.resize(relevant.len(), None);
+    ranks
 }
 
 fn millis(duration: Duration) -> f64 {

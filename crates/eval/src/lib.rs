@@ -28,8 +28,8 @@ pub use dataset::{Dataset, Query, ToolRef};
 pub use evaluation::{Options, Progress, Semantic, SemanticBlend, Silent, SpladeRun, evaluate};
 pub use metrics::Metrics;
 pub use report::{
-    EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, Report, SetReport, Settings,
-    SparseReport, StrategyReport, Subset,
+    CompleteWithin, EmbeddingReport, Figures, NeedsCovered, Outcome, QueryNeeds, Report, SetReport,
+    Settings, SparseReport, StrategyReport, Subset,
 };
 
 /// Why a set could not be read or evaluated. Messages are lower-case.

@@ -46,6 +46,9 @@ pub struct Settings {
     /// The head's weight when tools' heads and parameters are embedded apart; absent when off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field_vectors: Option<f32>,
+    /// How deep each ranking was taken (`--depth`); absent at the metrics' 10.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
 }
 
 /// One set, every strategy.
@@ -159,8 +162,22 @@ pub struct Figures {
     /// The per-need view: for each number of relevant tools (2 and up), how many of those
     /// queries have 0, 1, 2, ... of their needs (relevant tools) in the top 5.
     pub needs_at_5: Vec<NeedsCovered>,
+    /// With `--depth` above 10: over the queries with 3 or more relevant tools, how many
+    /// have all of them within the first k places, for k = 5, 10, 20, 50, ... up to the
+    /// depth. Comp@10 3+ is what a perfect reordering of the top 10 could reach at 5.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub complete_within: Vec<CompleteWithin>,
     /// Every query with several relevant tools, with how many of them are in the top 5.
     pub multi_need_queries: Vec<QueryNeeds>,
+}
+
+/// Queries with 3 or more relevant tools that have every one within the first `k` places.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompleteWithin {
+    pub k: usize,
+    pub queries: usize,
+    /// Of the queries with 3 or more relevant tools, x100.
+    pub percent: f64,
 }
 
 /// Queries with the same number of relevant tools (needs), by how many needs the top 5 covers.
@@ -182,6 +199,10 @@ pub struct QueryNeeds {
     pub id: String,
     pub relevant: usize,
     pub covered_at_5: usize,
+    /// With `--depth` above 10: the relevant tools' places (1-based, ascending), `null` for
+    /// each one not within the depth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<Option<usize>>>,
 }
 
 /// Queries with the same number of relevant tools.

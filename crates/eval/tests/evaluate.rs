@@ -333,3 +333,87 @@ fn per_need_view_counts_the_needs_each_multi_tool_query_covers() {
     expect![[r#"{"comp3":null,"needs":[{"covered":[0,0,1],"mean_covered":100.0,"queries":1,"relevant":2}],"queries":[{"covered_at_5":2,"id":"q5","relevant":2}]}"#]]
         .assert_eq(&json.to_string());
 }
+
+#[test]
+fn depth_places_each_needed_tool_without_changing_the_metrics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tools: Vec<String> = (0..12)
+        .map(|n| {
+            format!(
+                r#"{{"name": "tool_{n}", "description": "common word {}", "inputSchema": {{"type": "object"}}}}"#,
+                ["alpha", "beta", "gamma"].get(n).copied().unwrap_or("filler")
+            )
+        })
+        .collect();
+    fs::write(
+        dir.path().join("tools.json"),
+        format!(r#"[{{"server": "s", "tools": [{}]}}]"#, tools.join(",")),
+    )
+    .expect("write tools");
+    fs::write(
+        dir.path().join("queries.jsonl"),
+        [
+            r#"{"id": "found", "text": "alpha beta gamma"}"#,
+            // tool_11 shares only "common" with the query: placed, but not first.
+            r#"{"id": "deep", "text": "alpha beta common"}"#,
+            // tool_9 matches no word of the query: not placed at all.
+            r#"{"id": "lost", "text": "alpha beta gamma"}"#,
+        ]
+        .join("\n"),
+    )
+    .expect("write queries");
+    fs::write(
+        dir.path().join("qrels.tsv"),
+        "query_id\tserver\ttool\trelevance\n\
+         found\ts\ttool_0\t1\nfound\ts\ttool_1\t1\nfound\ts\ttool_2\t1\n\
+         deep\ts\ttool_0\t1\ndeep\ts\ttool_1\t1\ndeep\ts\ttool_11\t1\n\
+         lost\ts\ttool_0\t1\nlost\ts\ttool_1\t1\nlost\ts\ttool_9\t1\n",
+    )
+    .expect("write qrels");
+    let set = Dataset::load(dir.path()).expect("set loads");
+    let run = |depth: usize| {
+        let options = Options {
+            strategies: vec![Strategy::Bm25],
+            depth,
+            ..Options::default()
+        };
+        let report =
+            futures::executor::block_on(evaluate(&set, &options, Err("unused".into()), &Silent));
+        let Outcome::Ok(figures) = &report.strategies[0].outcome else {
+            panic!("bm25 runs");
+        };
+        figures.clone()
+    };
+    let (shallow, deep) = (run(10), run(20));
+    // The metrics read the first 10 places whatever the depth.
+    assert_eq!(
+        serde_json::to_value(shallow.metrics).expect("json"),
+        serde_json::to_value(deep.metrics).expect("json")
+    );
+    // At the metrics' depth the JSON stays as it was: no places, no summary.
+    let json = serde_json::to_value(&shallow).expect("json");
+    assert!(json.get("complete_within").is_none(), "{json}");
+    assert!(json["multi_need_queries"][0].get("ranks").is_none(), "{json}");
+    let ranks = |id: &str| {
+        deep.multi_need_queries
+            .iter()
+            .find(|q| q.id == id)
+            .and_then(|q| q.ranks.clone())
+            .expect("ranks at depth 20")
+    };
+    assert_eq!(ranks("found"), vec![Some(1), Some(2), Some(3)]);
+    let deep_ranks = ranks("deep");
+    assert_eq!(&deep_ranks[..2], &[Some(1), Some(2)]);
+    assert!(deep_ranks[2].is_some_and(|r| r > 2 && r <= 12), "{deep_ranks:?}");
+    assert_eq!(ranks("lost"), vec![Some(1), Some(2), None]);
+    let within: Vec<(usize, usize)> = deep
+        .complete_within
+        .iter()
+        .map(|c| (c.k, c.queries))
+        .collect();
+    // 5, 10 and 20 places (the depth); the lost tool keeps "lost" out of every one.
+    assert_eq!(within.iter().map(|w| w.0).collect::<Vec<_>>(), vec![5, 10, 20]);
+    assert_eq!(within[2].1, 2, "{within:?}");
+    assert!(within.windows(2).all(|w| w[0].1 <= w[1].1), "{within:?}");
+    assert_eq!(Some(deep.complete_within[0].percent), deep.comp_at_5_3plus);
+}
