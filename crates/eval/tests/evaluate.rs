@@ -393,7 +393,10 @@ fn depth_places_each_needed_tool_without_changing_the_metrics() {
     // At the metrics' depth the JSON stays as it was: no places, no summary.
     let json = serde_json::to_value(&shallow).expect("json");
     assert!(json.get("complete_within").is_none(), "{json}");
-    assert!(json["multi_need_queries"][0].get("ranks").is_none(), "{json}");
+    assert!(
+        json["multi_need_queries"][0].get("ranks").is_none(),
+        "{json}"
+    );
     let ranks = |id: &str| {
         deep.multi_need_queries
             .iter()
@@ -404,7 +407,10 @@ fn depth_places_each_needed_tool_without_changing_the_metrics() {
     assert_eq!(ranks("found"), vec![Some(1), Some(2), Some(3)]);
     let deep_ranks = ranks("deep");
     assert_eq!(&deep_ranks[..2], &[Some(1), Some(2)]);
-    assert!(deep_ranks[2].is_some_and(|r| r > 2 && r <= 12), "{deep_ranks:?}");
+    assert!(
+        deep_ranks[2].is_some_and(|r| r > 2 && r <= 12),
+        "{deep_ranks:?}"
+    );
     assert_eq!(ranks("lost"), vec![Some(1), Some(2), None]);
     let within: Vec<(usize, usize)> = deep
         .complete_within
@@ -412,7 +418,10 @@ fn depth_places_each_needed_tool_without_changing_the_metrics() {
         .map(|c| (c.k, c.queries))
         .collect();
     // 5, 10 and 20 places (the depth); the lost tool keeps "lost" out of every one.
-    assert_eq!(within.iter().map(|w| w.0).collect::<Vec<_>>(), vec![5, 10, 20]);
+    assert_eq!(
+        within.iter().map(|w| w.0).collect::<Vec<_>>(),
+        vec![5, 10, 20]
+    );
     assert_eq!(within[2].1, 2, "{within:?}");
     assert!(within.windows(2).all(|w| w[0].1 <= w[1].1), "{within:?}");
     assert_eq!(Some(deep.complete_within[0].percent), deep.comp_at_5_3plus);

@@ -19,10 +19,13 @@
 //! - The callback is not authenticated (a browser carries no client key): whose tokens it stores
 //!   is what the pending login recorded when it started, found by its `state`, never anything
 //!   the browser sends.
-//! - The endpoints are served only on a loopback listener. Clients do not identify themselves
-//!   yet (issue 5), so on a shared address anyone who reaches it could sign the gateway in to
-//!   their own account, or watch the sign-ins; there they answer 403 and say why, and tool calls
-//!   point at `mcpgw auth login` instead. That a request names this listener in its `Host` (so
+//! - The endpoints are served only on a loopback listener. The browser comes back over the
+//!   listener's plain HTTP, and OAuth 2.1 (with RFC 8252 for native apps) lets an
+//!   authorization server accept an `http` redirect URI only on a loopback address; the
+//!   callback itself cannot be authenticated, so on a shared address anyone who learnt a
+//!   pending `state` could complete that login with their own authorization code, signing
+//!   someone else's principal in to their account. Elsewhere they answer 403 and say why, and
+//!   tool calls point at `mcpgw auth login` instead. That a request names this listener in its `Host` (so
 //!   a web page cannot reach them through a DNS name rebound to 127.0.0.1) is the request
 //!   guard's check (`http::guard`), made for every route.
 //! - Finished logins are announced per (server, principal) ([`Logins::watch`]), so a tool call
@@ -117,7 +120,7 @@ impl Unavailable {
                 "this gateway has no HTTP listener for the browser to come back to; sign in with `mcpgw auth login NAME`"
             }
             Self::NotLoopback => {
-                "sign-in through the gateway is served only on a loopback address: clients do not identify themselves yet, so on a shared address anyone who reaches it could sign the gateway in to their own account. Sign in with `mcpgw auth login NAME` on the gateway's machine"
+                "sign-in through the gateway is served only on a loopback address: the browser comes back to it over plain HTTP, which OAuth 2.1 allows only to a loopback redirect URI. Sign in with `mcpgw auth login NAME` on the gateway's machine"
             }
         }
     }
