@@ -455,6 +455,17 @@ impl Catalog {
         self.vectors.as_ref().map(|vectors| vectors.index.dim())
     }
 
+    /// How many tools have a description in Chinese, Japanese or Korean: text an
+    /// English-only model cannot read, so requests in those languages are answered by BM25
+    /// alone (see [`SearchRequest::multilingual_vectors`]).
+    pub fn described_in_cjk(&self) -> usize {
+        self.lexical
+            .tools
+            .iter()
+            .filter(|tool| has_cjk(&tool.description))
+            .count()
+    }
+
     /// Every tool: servers in the given order, tools in upstream order.
     pub fn tools(&self) -> &[ToolEntry] {
         &self.lexical.tools

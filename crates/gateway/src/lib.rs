@@ -668,6 +668,7 @@ impl Gateway {
                         model = semantic.model_id(),
                         "search vectors ready"
                     );
+                    cjk_notice(&with_vectors, &semantic);
                     self.publish(generation, with_vectors.clone());
                     // The sparse list joins once its vectors are ready too.
                     match semantic.tool_sparse(&catalog).await {
@@ -1025,4 +1026,26 @@ async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
             });
         }
     }
+}
+
+/// Says once per process, when a quarter or more of the tools are described in Chinese,
+/// Japanese or Korean and the model cannot read those languages, that requests in them are
+/// answered by BM25 alone, and which model would read them. Without it a team whose servers
+/// describe their tools in Chinese would run the vector search for nothing and not know why.
+fn cjk_notice(catalog: &Catalog, semantic: &semantic::Semantic) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let described = catalog.described_in_cjk();
+    if semantic.multilingual() || described == 0 || described * 4 < catalog.len() {
+        return;
+    }
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        tools = catalog.len(),
+        described_in_cjk = described,
+        model = semantic.model_id(),
+        "{described} of {} tools are described in Chinese, Japanese or Korean, which the embedding model does not read: requests in those languages are searched by BM25 alone. `[retrieval.embedder] model = \"e5\"` reads them (docs/configuration.md)",
+        catalog.len()
+    );
 }

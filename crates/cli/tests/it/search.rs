@@ -538,3 +538,56 @@ fn a_server_without_a_description_is_found_by_its_own_instructions() {
         );
     }
 }
+
+/// A server whose tools are described in Chinese (Python SDK fixture) with the default model,
+/// which reads only English: the gateway says once that Chinese requests are searched by BM25
+/// alone and which model reads them, and a Chinese request still finds its tool. English
+/// tools alone give no such notice.
+#[test]
+fn tools_described_in_chinese_get_a_notice_that_the_model_cannot_read_them() {
+    let chinese = format!(
+        "[[servers]]\nname = \"zh\"\ntransport = {{ type = \"stdio\", command = {:?}, args = [{:?}] }}\n",
+        venv_bin("python"),
+        repo_root()
+            .join("tests/fixtures/chinese_server.py")
+            .display()
+            .to_string()
+    );
+    let search = |config: &ConfigDir, query: &str| {
+        let path = config.path.display().to_string();
+        let output = std::process::Command::new(mcpgw())
+            .args(["search", query, "--json", "--config", &path])
+            .env("RUST_LOG", "info")
+            .output()
+            .expect("mcpgw search runs");
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        let hits: Vec<Value> = serde_json::from_slice(&output.stdout).expect("json");
+        (hits, stderr)
+    };
+    let config = write_config(&format!(
+        "[retrieval]\nstrategy = \"hybrid\"\n\n{chinese}\n{}",
+        time_stdio_server("time")
+    ));
+    let (hits, stderr) = search(&config, "查询北京明天的天气");
+    assert!(stderr.contains("search vectors ready"), "{stderr}");
+    let notices = stderr
+        .lines()
+        .filter(|line| line.contains("described in Chinese, Japanese or Korean"))
+        .collect::<Vec<_>>();
+    assert_eq!(notices.len(), 1, "{stderr}");
+    assert!(
+        notices[0].contains("3 of 5 tools") && notices[0].contains("model = \"e5\""),
+        "{}",
+        notices[0]
+    );
+    assert_eq!(hits[0]["name"], "zh__weather_query", "{hits:?}");
+    // The time server's English tools alone: vectors ready, no notice.
+    let english = write_config(&format!(
+        "[retrieval]\nstrategy = \"hybrid\"\n\n{}",
+        time_stdio_server("time")
+    ));
+    let (_, stderr) = search(&english, "what time is it in Tokyo");
+    assert!(stderr.contains("search vectors ready"), "{stderr}");
+    assert!(!stderr.contains("described in Chinese"), "{stderr}");
+}
