@@ -68,7 +68,7 @@ use crate::{
         self,
         express::Express,
         http_client,
-        ordered::Counted,
+        ordered::{Counted, Turn},
         sse::{Oversized, SseClientConfig, SseClientTransport, SseError},
         stdio::{self, ChildWatch},
     },
@@ -122,6 +122,14 @@ impl UpstreamClient {
             uri,
         });
     }
+
+    /// Waits until every notification for a call received before this one has been handled
+    /// (bounded), so logs and progress reach the caller in the order the server sent them.
+    async fn wait_turn(&self, context: &NotificationContext<RoleClient>) {
+        if let Some(Turn(turn)) = context.extensions.get::<Turn>() {
+            self.calls.backlog.settle(*turn).await;
+        }
+    }
 }
 
 /// The capabilities mcpgw declares to every upstream.
@@ -166,8 +174,9 @@ impl ClientHandler for UpstreamClient {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        self.wait_turn(&context).await;
         if !self.calls.progress(&params) {
             tracing::debug!(server = %self.server, token = ?params.progress_token, "progress for no call in flight");
         }
@@ -177,8 +186,9 @@ impl ClientHandler for UpstreamClient {
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        self.wait_turn(&context).await;
         if !self.calls.log(&params) {
             tracing::debug!(server = %self.server, level = ?params.level, logger = ?params.logger, data = %params.data, "upstream log message outside a call");
         }

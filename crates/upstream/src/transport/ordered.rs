@@ -12,6 +12,12 @@
 //! has been handled. The wait is bounded ([`SETTLE_LIMIT`]): a slow client must not hold a
 //! result back for long.
 //!
+//! rmcp's task per notification also lets two notifications overtake each other: a server's
+//! "info" then "warning" log could reach the caller as "warning", "info". [`Counted`] therefore
+//! stamps each counted notification with its [`Turn`] (how many were received before it), and
+//! the handler waits, through [`Backlog::settle`] with that turn, until every earlier one has
+//! been handled before it handles its own: wire order, bounded by the same limit.
+//!
 //! Invariant: `handled <= received` for notifications that reach the handler; notifications
 //! rmcp routes elsewhere (to a `subscriptions/listen` stream, by `_meta` subscription id) are
 //! not counted.
@@ -28,11 +34,16 @@ use std::{
 
 use rmcp::{
     RoleClient,
-    model::{GetMeta, JsonRpcMessage, ServerNotification},
+    model::{GetExtensions, GetMeta, JsonRpcMessage, ServerNotification},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
 use tokio::sync::Notify;
+
+/// A counted notification's place in wire order among a server's notifications for calls:
+/// how many were received before it. In the handler's `NotificationContext::extensions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Turn(pub(crate) u64);
 
 /// The longest a result waits for the notifications received before it.
 pub(crate) const SETTLE_LIMIT: Duration = Duration::from_secs(1);
@@ -84,11 +95,16 @@ impl Backlog {
         }
     }
 
-    fn count(&self, message: &RxJsonRpcMessage<RoleClient>) {
+    /// Counts `message` if it is a notification for a call, and stamps it with its [`Turn`].
+    fn count(&self, message: &mut RxJsonRpcMessage<RoleClient>) {
         if let JsonRpcMessage::Notification(notification) = message
             && for_a_call(&notification.notification)
         {
-            self.received.fetch_add(1, Ordering::AcqRel);
+            let turn = self.received.fetch_add(1, Ordering::AcqRel);
+            notification
+                .notification
+                .extensions_mut()
+                .insert(Turn(turn));
         }
     }
 }
@@ -129,8 +145,8 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
-        self.backlog.count(&message);
+        let mut message = self.inner.receive().await?;
+        self.backlog.count(&mut message);
         Some(message)
     }
 
@@ -160,6 +176,41 @@ mod tests {
         backlog.settle(mark).await;
         assert_eq!(backlog.handled.load(Ordering::Acquire), 2);
         worker.await.expect("worker");
+    }
+
+    // Log messages are deprecated in rmcp (SEP-2577) but still relayed for older clients.
+    #[allow(deprecated)]
+    #[test]
+    fn each_notification_for_a_call_is_stamped_with_its_turn_in_wire_order() {
+        use rmcp::model::{
+            LoggingLevel, LoggingMessageNotification, LoggingMessageNotificationParam,
+            ToolListChangedNotification,
+        };
+        let backlog = Backlog::default();
+        let log = || {
+            JsonRpcMessage::notification(ServerNotification::LoggingMessageNotification(
+                LoggingMessageNotification::new(LoggingMessageNotificationParam::new(
+                    LoggingLevel::Info,
+                    "note".into(),
+                )),
+            ))
+        };
+        let turn = |message: &RxJsonRpcMessage<RoleClient>| match message {
+            JsonRpcMessage::Notification(n) => n.notification.extensions().get::<Turn>().copied(),
+            _ => None,
+        };
+        let (mut first, mut second) = (log(), log());
+        let mut other = JsonRpcMessage::notification(
+            ServerNotification::ToolListChangedNotification(ToolListChangedNotification::default()),
+        );
+        backlog.count(&mut first);
+        backlog.count(&mut other);
+        backlog.count(&mut second);
+        assert_eq!(turn(&first), Some(Turn(0)));
+        assert_eq!(turn(&second), Some(Turn(1)));
+        // Not for a call: neither counted nor stamped.
+        assert_eq!(turn(&other), None);
+        assert_eq!(backlog.received(), 2);
     }
 
     #[tokio::test]
