@@ -742,8 +742,9 @@ fn run(
             .map(|hit| hit.tool.qualified.as_str())
             .collect();
         metrics.push(Metrics::of(&ranking, relevant));
-        covered.push(covered_at(&ranking, relevant, 5));
-        placed.push(ranks_of(&ranking, relevant));
+        let ranks = ranks_of(&ranking, relevant);
+        covered.push(ranks.iter().filter(|r| r.is_some_and(|r| r <= 5)).count());
+        placed.push(ranks);
         if at % 256 == 255 {
             progress.advance(256);
         }
@@ -881,17 +882,6 @@ fn flush(cache: &mut dyn EmbeddingCache, warnings: &mut Vec<String>) {
             warnings.push(warning);
         }
     }
-}
-
-/// How many distinct relevant tools are in the first `k` of `ranking`.
-fn covered_at(ranking: &[&str], relevant: &HashSet<String>, k: usize) -> usize {
-    let mut seen = HashSet::new();
-    ranking
-        .iter()
-        .filter(|tool| seen.insert(**tool))
-        .take(k)
-        .filter(|tool| relevant.contains(**tool))
-        .count()
 }
 
 /// The 1-based place of each relevant tool in `ranking` (repeats skipped), ascending, and

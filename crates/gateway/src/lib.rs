@@ -1034,11 +1034,12 @@ async fn refresh_periodically(gateway: std::sync::Weak<Gateway>) {
 /// describe their tools in Chinese would run the vector search for nothing and not know why.
 fn cjk_notice(catalog: &Catalog, semantic: &semantic::Semantic) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let described = catalog.described_in_cjk();
-    if semantic.multilingual() || described == 0 || described * 4 < catalog.len() {
+    // Every refresh comes here: count the tools only while the notice may still be due.
+    if semantic.multilingual() || SAID.load(Ordering::Relaxed) {
         return;
     }
-    if SAID.swap(true, Ordering::Relaxed) {
+    let described = catalog.described_in_cjk();
+    if described == 0 || described * 4 < catalog.len() || SAID.swap(true, Ordering::Relaxed) {
         return;
     }
     tracing::warn!(
